@@ -1,0 +1,12 @@
+"""Tooling for the Transformers-by-building course: build, check and grade the labs."""
+
+__version__ = "0.1.0"
+
+import os as _os
+import sys as _sys
+
+# nbgrader runs `alembic` (and Jupyter finds kernels) through PATH; make the tools of
+# this interpreter's environment reachable even when the venv is not activated.
+_bin = _os.path.dirname(_sys.executable)
+if _bin not in _os.environ.get("PATH", "").split(_os.pathsep):
+    _os.environ["PATH"] = _bin + _os.pathsep + _os.environ.get("PATH", "")

@@ -1,0 +1,111 @@
+"""Command line: python -m labtools {build,check,grade,demo}."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from .labs import LABS_BY_ID, UnknownLabError, built_labs, get_lab
+
+
+def _labs(ids: list[str]):
+    labs = [get_lab(i) for i in ids] if ids else built_labs()
+    missing = [lab.lab_id for lab in labs if not lab.source_path().exists()]
+    if missing:
+        raise UnknownLabError(f"no source notebook yet for: {', '.join(missing)} (expected source/<lab>/<lab>.ipynb)")
+    return labs
+
+
+def cmd_build(args) -> int:
+    from .editions import build
+
+    for lab in _labs(args.labs):
+        start = time.perf_counter()
+        print(f"building {lab.lab_id}")
+        build(lab, execute_solutions=not args.no_execute)
+        print(f"  done in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+def cmd_check(args) -> int:
+    from .editions import stale_files
+
+    stale = [f for lab in _labs(args.labs) for f in stale_files(lab)]
+    if stale:
+        print("Out of date with source/ (run `python -m labtools build`):")
+        for name in stale:
+            print(f"  {name}")
+        return 1
+    print("All generated editions are in sync with source/.")
+    return 0
+
+
+def cmd_grade(args) -> int:
+    from .grading import grade
+
+    report = grade(args.lab, Path(args.submissions), course_dir=Path(args.course_dir),
+                   db_url=args.db, out_dir=Path(args.out) if args.out else None,
+                   student_pattern=args.student_pattern)
+    print(f"\n{report.table()}\n")
+    print(f"Grades CSV: {report.csv_path}")
+    print(f"Feedback (one HTML per student): {report.feedback_dir}")
+    if report.skipped:
+        print(f"{len(report.skipped)} file(s) not graded; see {report.csv_path.parent / 'problems.csv'}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+    from .editions import build
+
+    labs = _labs(args.labs)
+    for lab in labs:
+        print(f"building {lab.lab_id}")
+        build(lab)
+    run_demo(labs)
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="labtools", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("build", help="regenerate release/, notebooks/ and solutions/ from source/")
+    p.add_argument("labs", nargs="*", help=f"lab ids (default: every lab with a source); known: {', '.join(LABS_BY_ID)}")
+    p.add_argument("--no-execute", action="store_true", help="do not execute the solutions")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("check", help="fail, naming the files, when a generated edition is out of date")
+    p.add_argument("labs", nargs="*")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("grade", help="autograde a folder or LMS zip of submissions; write grades CSV and feedback")
+    p.add_argument("lab", help="lab id, e.g. lab01_attention")
+    p.add_argument("submissions", help="a folder of notebooks or a .zip downloaded from the LMS")
+    p.add_argument("--db", help="gradebook SQLAlchemy URL (default: nbgrader_config.py, i.e. sqlite:///gradebook.db)")
+    p.add_argument("--course-dir", default=".", help="nbgrader course directory (default: here)")
+    p.add_argument("--out", help="where to write grades.csv, problems.csv and feedback/ (default: grades/<lab>)")
+    p.add_argument("--student-pattern", help="regex with a (?P<student_id>...) group, matched against each "
+                   "file's path inside the zip/folder, for LMS naming the defaults do not know")
+    p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("demo", help="build every lab, then autograde a demo class and print its grades")
+    p.add_argument("labs", nargs="*")
+    p.set_defaults(func=cmd_demo)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (UnknownLabError,) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001
+        from .editions import BuildError
+        from .grading import GradingError
+
+        if isinstance(exc, (BuildError, GradingError)):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        raise

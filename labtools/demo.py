@@ -1,0 +1,76 @@
+"""A small demo class: an LMS zip of realistic submissions, graded end to end.
+
+The demo course lives in build/demo-course (ignored by git) with its own SQLite
+gradebook, so it never touches the instructor's real one.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import nbformat
+
+from . import nbcells
+from .grading import GradeReport, grade
+from .labs import REPO_ROOT, Lab
+from .submissions import fill_release
+
+FIXTURES = REPO_ROOT / "tests" / "fixtures"
+
+
+def _fixture_answers(lab: Lab, kind: str, pick: int) -> dict[str, str]:
+    """For each exercise, the `pick`-th fixture of that kind ("correct" or "wrong")."""
+    answers = {}
+    for folder in sorted((FIXTURES / lab.lab_id).glob("*")):
+        files = sorted(folder.glob(f"{kind}_*.py"))
+        if files:
+            answers[folder.name] = files[pick % len(files)].read_text()
+    return answers
+
+
+def demo_class(lab: Lab, root: Path = REPO_ROOT) -> dict[str, str]:
+    """File name in the LMS zip (Canvas's pattern) -> content."""
+    source = nbcells.read(lab.source_path(root))
+    release = nbcells.read(lab.release_path(root))
+    wrong = _fixture_answers(lab, "wrong", 0)
+    half_wrong = dict(list(wrong.items())[::2])
+    files = {
+        # reference solutions
+        f"lovelaceada_1001_5001_{lab.notebook_name}": fill_release(release, source),
+        # correct answers written in other styles
+        f"hoppergrace_1002_5002_{lab.notebook_name}": fill_release(release, source, _fixture_answers(lab, "correct", 1)),
+        # some common mistakes
+        f"turingalan_1003_5003_{lab.notebook_name}": fill_release(release, source, half_wrong),
+        # handed in untouched
+        f"dijkstraedsger_LATE_1004_5004_{lab.notebook_name}": release,
+        # renamed by the student
+        f"liskovbarbara_1005_5005_Copy_of_{lab.notebook_name}": fill_release(release, source, written=False),
+    }
+    out = {name: nbformat.writes(nb) for name, nb in files.items()}
+    out[f"knuthdonald_1006_5006_{lab.notebook_name}"] = json.dumps({"cells": [{"cell_type": "code"}]})[:-7]
+    out["shannonclaude_1007_5007_notes.txt"] = "I could not finish exercise 3.\n"
+    return out
+
+
+def run_demo(labs: list[Lab], log=print) -> list[GradeReport]:
+    course = REPO_ROOT / "build" / "demo-course"
+    if course.exists():
+        shutil.rmtree(course)
+    course.mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    reports = []
+    for lab in labs:
+        shutil.copytree(lab.source_path().parent, course / "source" / lab.lab_id)
+        archive = course / f"{lab.lab_id}_submissions.zip"
+        with zipfile.ZipFile(archive, "w") as zf:
+            for name, text in demo_class(lab).items():
+                zf.writestr(name, text)
+        log(f"\n=== demo class for {lab.lab_id}: {archive.relative_to(REPO_ROOT)}")
+        report = grade(lab.lab_id, archive, course_dir=course, log=log)
+        log(f"\nGrades for {lab.lab_id} (gradebook {course / 'gradebook.db'}):\n{report.table()}")
+        log(f"CSV: {report.csv_path}\nFeedback: {report.feedback_dir}")
+        reports.append(report)
+    return reports

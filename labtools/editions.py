@@ -1,0 +1,213 @@
+"""Generate the three editions of a lab from its source, and check they are current.
+
+source/<lab>/<lab>.ipynb  --nbgrader generate_assignment-->  release/<lab>/<lab>.ipynb
+                          --ClearSolutions, all tests shown-->  notebooks/<lab>.ipynb
+                          --markers stripped, hidden tests dropped, executed-->  solutions/<lab>.ipynb
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+from nbgrader.preprocessors import ClearSolutions
+
+from . import nbcells
+from .labs import REPO_ROOT, Lab
+from .setup_cell import SETUP_GRADE_ID, setup_source
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+# ---------------------------------------------------------------- normal form
+
+def normalise(nb) -> nbformat.NotebookNode:
+    """A canonical form so that regenerating a file gives identical bytes."""
+    nb = copy.deepcopy(nb)
+    nb.nbformat, nb.nbformat_minor = 4, 5
+    nb.metadata = {k: v for k, v in nb.metadata.items() if k in ("kernelspec", "language_info", "colab")}
+    if "language_info" in nb.metadata:
+        nb.metadata["language_info"] = {"name": nb.metadata["language_info"].get("name", "python")}
+    for index, cell in enumerate(nb.cells):
+        cell.id = f"cell-{index:03d}"
+        cell.metadata.pop("execution", None)
+        cell.metadata.pop("collapsed", None)
+        cell.metadata.pop("scrolled", None)
+    return nb
+
+
+def dumps(nb) -> str:
+    return nbformat.writes(normalise(nb)) + "\n"
+
+
+def write(nb, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dumps(nb), encoding="utf-8")
+
+
+def clear_outputs(nb) -> None:
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+
+
+# ---------------------------------------------------------------- source
+
+def canonical_source(lab: Lab, root: Path = REPO_ROOT):
+    """The source notebook with the course setup cell in place and no outputs."""
+    path = lab.source_path(root)
+    nb = nbcells.read(path)
+    try:
+        setup = nbcells.find_cell(nb, SETUP_GRADE_ID)
+    except KeyError:
+        raise BuildError(f"{path}: no setup cell (a code cell with nbgrader grade_id 'setup')") from None
+    setup.source = setup_source(lab)
+    clear_outputs(nb)
+    return normalise(nb)
+
+
+# ---------------------------------------------------------------- release (nbgrader)
+
+def make_release(lab: Lab, source_nb, root: Path = REPO_ROOT):
+    """Run `nbgrader generate_assignment` in a scratch course directory.
+
+    A scratch directory keeps the build from touching the instructor's gradebook.
+    """
+    with tempfile.TemporaryDirectory(prefix="labtools-release-") as tmp:
+        course = Path(tmp)
+        write(source_nb, course / "source" / lab.lab_id / lab.notebook_name)
+        shutil.copy(root / "nbgrader_config.py", course / "nbgrader_config.py")
+        proc = subprocess.run(
+            [sys.executable, "-m", "nbgrader", "generate_assignment", lab.lab_id, "--force",
+             "--log-level=WARN"],
+            cwd=course, capture_output=True, text=True,
+        )
+        released = course / "release" / lab.lab_id / lab.notebook_name
+        if proc.returncode != 0 or not released.exists():
+            raise BuildError(f"nbgrader generate_assignment failed for {lab.lab_id}:\n{proc.stdout}{proc.stderr}")
+        return normalise(nbcells.read(released))
+
+
+# ---------------------------------------------------------------- self-study edition
+
+def _badge_cell(lab: Lab):
+    return nbformat.v4.new_markdown_cell(
+        f'<a href="{lab.colab_url}" target="_parent">'
+        '<img src="https://colab.research.google.com/assets/colab-badge.svg" alt="Open In Colab"/></a>\n\n'
+        "*Self-study edition: fill in the `YOUR CODE HERE` cells and run the tests below "
+        "each exercise; every test, hidden ones included, is shown. Model answers: "
+        f"`solutions/{lab.notebook_name}` in the course repository.*"
+    )
+
+
+def _drop_nbgrader_metadata(nb) -> None:
+    for cell in nb.cells:
+        cell.metadata.pop("nbgrader", None)
+        cell.metadata.pop("deletable", None)
+        cell.metadata.pop("editable", None)
+
+
+def make_selfstudy(lab: Lab, source_nb):
+    nb = copy.deepcopy(source_nb)
+    nb, _ = ClearSolutions().preprocess(nb, {})
+    for cell in nb.cells:
+        if nbcells.is_autograded_test(cell):
+            cell.source = nbcells.strip_markers(cell.source, (nbcells.BEGIN_HIDDEN, nbcells.END_HIDDEN))
+    _drop_nbgrader_metadata(nb)
+    nb.cells.insert(0, _badge_cell(lab))
+    nb.metadata["colab"] = {"provenance": [], "toc_visible": True}
+    return normalise(nb)
+
+
+# ---------------------------------------------------------------- solutions edition
+
+def solutions_skeleton(source_nb):
+    """Solutions without outputs: markers stripped, hidden tests dropped."""
+    nb = copy.deepcopy(source_nb)
+    cells = []
+    for cell in nb.cells:
+        if nbcells.is_autograded_test(cell):
+            cell.source = nbcells.drop_hidden_tests(cell.source)
+            if not cell.source.strip():
+                continue
+        cell.source = nbcells.strip_markers(cell.source)
+        cells.append(cell)
+    nb.cells = cells
+    _drop_nbgrader_metadata(nb)
+    return normalise(nb)
+
+
+def execute(nb, timeout: int = 600, env_overrides: dict | None = None, kernel_name: str = "python3"):
+    """Execute a notebook with nbclient in a scratch directory; full mode unless told otherwise."""
+    from nbclient import NotebookClient
+
+    nb = copy.deepcopy(nb)
+    saved = dict(os.environ)
+    for name in ("LABS_FAST", "NBGRADER_EXECUTION"):
+        os.environ.pop(name, None)
+    os.environ.update(env_overrides or {})
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    try:
+        with tempfile.TemporaryDirectory(prefix="labtools-run-") as tmp:
+            client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name,
+                                    resources={"metadata": {"path": tmp}}, record_timing=False)
+            client.execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return normalise(nb)
+
+
+# ---------------------------------------------------------------- build and check
+
+def build(lab: Lab, root: Path = REPO_ROOT, execute_solutions: bool = True, log=print) -> None:
+    source = canonical_source(lab, root)
+    write(source, lab.source_path(root))
+    log(f"  {lab.lab_id}: release (nbgrader generate_assignment)")
+    write(make_release(lab, source, root), lab.release_path(root))
+    log(f"  {lab.lab_id}: self-study edition")
+    write(make_selfstudy(lab, source), lab.selfstudy_path(root))
+    skeleton = solutions_skeleton(source)
+    if execute_solutions:
+        log(f"  {lab.lab_id}: solutions (executing, full mode)")
+        write(execute(skeleton), lab.solutions_path(root))
+    else:
+        write(skeleton, lab.solutions_path(root))
+
+
+def _sources_only(text: str) -> list:
+    """What must match in the solutions edition: cells and sources, not outputs."""
+    nb = nbformat.reads(text, as_version=4)
+    return [(c.cell_type, c.source) for c in nb.cells]
+
+
+def stale_files(lab: Lab, root: Path = REPO_ROOT) -> list[str]:
+    """Generated files that are missing or differ from what `build` would write now."""
+    stale = []
+    source = canonical_source(lab, root)
+
+    def compare(path: Path, expected: str, key=lambda text: text):
+        rel = path.relative_to(root).as_posix()
+        if not path.exists():
+            stale.append(f"{rel} (missing)")
+        elif key(path.read_text(encoding="utf-8")) != key(expected):
+            stale.append(rel)
+
+    compare(lab.source_path(root), dumps(source))
+    compare(lab.release_path(root), dumps(make_release(lab, source, root)))
+    compare(lab.selfstudy_path(root), dumps(make_selfstudy(lab, source)))
+    compare(lab.solutions_path(root), dumps(solutions_skeleton(source)), key=_sources_only)
+    if lab.solutions_path(root).exists():
+        executed = nbformat.reads(lab.solutions_path(root).read_text(encoding="utf-8"), as_version=4)
+        if not any(c.get("outputs") for c in executed.cells if c.cell_type == "code"):
+            stale.append(f"{lab.solutions_path(root).relative_to(root).as_posix()} (not executed)")
+    return stale

@@ -1,0 +1,238 @@
+"""`labtools grade`: from an LMS zip or a folder of notebooks to grades and feedback.
+
+Every step is nbgrader's: `generate_assignment` (records the lab in the gradebook),
+`zip_collect` (extracts and files the submissions; `labtools.collect` decides whose
+each file is), `autograde`, `generate_feedback`, and the CSV `export` plugin. What
+this module adds is the order, a progress bar, and a report that names every file
+it could not grade and why, without letting one bad file stop the class.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import shutil
+import warnings
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from traitlets.config import Config
+from traitlets.config.loader import PyFileConfigLoader
+
+from . import collect
+from .labs import REPO_ROOT, get_lab
+
+SCRATCH = ".grading"  # inside the course directory, ignored by git
+
+
+class GradingError(RuntimeError):
+    """A problem with the command's input as a whole (not with one submission)."""
+
+
+@dataclass
+class StudentResult:
+    student: str
+    auto_score: float | None  # points from the autograded tests
+    auto_max: float | None
+    manual_max: float | None  # written answers, graded by hand in formgrader
+    status: str  # "graded" or why not
+    feedback: Path | None = None
+    cell_scores: dict[str, float] = field(default_factory=dict)  # grade_id -> points
+
+
+@dataclass
+class GradeReport:
+    lab_id: str
+    results: list[StudentResult] = field(default_factory=list)
+    notes: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    csv_path: Path | None = None
+    feedback_dir: Path | None = None
+
+    def table(self) -> str:
+        def num(x):
+            return "" if x is None else f"{x:g}"
+
+        rows = [("student", "autograded", "of", "written (by hand)", "status")]
+        for r in sorted(self.results, key=lambda r: r.student):
+            rows.append((r.student, num(r.auto_score), num(r.auto_max),
+                         f"_/{num(r.manual_max)}" if r.manual_max else "", r.status))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+
+def _nbgrader_config(course: Path, db_url: str | None) -> Config:
+    config = Config()
+    if (course / "nbgrader_config.py").exists():
+        config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+    config.CourseDirectory.root = str(course)
+    # The build owns release/; grading regenerates the assignment into scratch space.
+    config.CourseDirectory.release_directory = f"{SCRATCH}/release"
+    if db_url:
+        config.CourseDirectory.db_url = db_url
+    elif not str(config.CourseDirectory.get("db_url", "")):
+        config.CourseDirectory.db_url = f"sqlite:///{course / 'gradebook.db'}"
+    else:
+        url = str(config.CourseDirectory.db_url)
+        if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+            # a relative SQLite path means relative to the course directory
+            config.CourseDirectory.db_url = f"sqlite:///{course / url[len('sqlite:///'):]}"
+    return config
+
+
+def _stage_input(submissions: Path, archive: Path) -> set[str]:
+    """Copy the input into nbgrader's archive folder; return the wrapper folders
+    that will hold many students' files after extraction."""
+    if archive.exists():
+        shutil.rmtree(archive)
+    archive.mkdir(parents=True)
+    if submissions.is_dir():
+        shutil.copytree(submissions, archive, dirs_exist_ok=True)
+        return {""}
+    if submissions.suffix.lower() != ".zip":
+        raise GradingError(f"{submissions}: give a folder of notebooks or a .zip downloaded from the LMS")
+    try:
+        with zipfile.ZipFile(submissions) as zf:
+            bad = zf.testzip()
+    except zipfile.BadZipFile:
+        raise GradingError(f"{submissions}: not a valid zip file (damaged or incomplete download?)") from None
+    if bad:
+        raise GradingError(f"{submissions}: the zip is damaged at {bad}; download it again")
+    shutil.copy(submissions, archive / submissions.name)
+    return {"", submissions.stem}
+
+
+def grade(lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT, db_url: str | None = None,
+          out_dir: Path | None = None, student_pattern: str | None = None,
+          hide_progress: bool = False, log=print) -> GradeReport:
+    from nbgrader.apps import ZipCollectApp
+    from nbgrader.apps.api import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.plugins.export import CsvExportPlugin
+    from nbgrader.utils import capture_log, temp_attrs
+    from tqdm.auto import tqdm
+
+    # nbgrader's own INFO/WARNING chatter would bury the report; errors still show.
+    logging.getLogger("traitlets").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message=".*not in session.*")
+
+    lab = get_lab(lab_id)
+    course = Path(course_dir).resolve()
+    submissions = Path(submissions)
+    if not lab.source_path(course).exists():
+        raise GradingError(f"{lab.source_path(course)} does not exist: is {course} the course directory?")
+    if not submissions.exists():
+        raise GradingError(f"{submissions}: no such file or folder of submissions")
+    out = Path(out_dir) if out_dir else course / "grades" / lab_id
+    report = GradeReport(lab_id)
+
+    config = _nbgrader_config(course, db_url)
+    coursedir = CourseDirectory(config=config)
+    api = NbGraderAPI(coursedir=coursedir, config=config)
+
+    log(f"[1/5] {lab_id}: recording the assignment in the gradebook ({config.CourseDirectory.db_url})")
+    result = api.generate_assignment(lab_id, force=True, create=True)
+    if not result["success"]:
+        raise GradingError(f"nbgrader generate_assignment failed:\n{result.get('log', '')}{result.get('error', '')}")
+
+    log(f"[2/5] collecting submissions from {submissions}")
+    downloaded = course / "downloaded" / lab_id
+    wrappers = _stage_input(submissions, downloaded / "archive")
+    with temp_attrs(coursedir, assignment_id=lab_id):
+        app = ZipCollectApp(coursedir=coursedir, parent=api, config=config)
+        app.log.setLevel(logging.ERROR)
+        app.collector_plugin = collect.LabCollector
+        app.force = True  # replace a student's earlier collected file by the new one
+        app.strict = False
+        app.init_plugins()
+        app.extract_archive_files()
+        extracted = downloaded / "extracted"
+        decision = collect.scan(extracted, lab_id, wrappers, student_pattern)
+        app.collector_plugin_inst.decision = decision
+        app.collector_plugin_inst.lab_id = lab_id
+        app.process_extracted_files()
+    report.notes, report.skipped = decision.notes, decision.skipped
+    (downloaded / "collect_report.json").write_text(decision.to_json())
+    students = sorted(set(decision.collect.values()))
+    for rel, why in report.skipped:
+        log(f"  skipped {rel}: {why}")
+    for rel, what in report.notes:
+        log(f"  note {rel}: {what}")
+    if not students:
+        log("  no notebook could be collected; nothing to grade")
+
+    log(f"[3/5] autograding {len(students)} submission(s)")
+    failed = {}
+    for student in tqdm(students, desc=f"autograde {lab_id}", unit="student", disable=hide_progress):
+        result = api.autograde(lab_id, student, force=True, create=True)
+        if not result["success"]:
+            failed[student] = "autograde failed: " + _first_cause(result)
+
+    log("[4/5] writing feedback")
+    feedback_out = out / "feedback"
+    feedback_out.mkdir(parents=True, exist_ok=True)
+    for student in tqdm(students, desc="feedback", unit="student", disable=hide_progress):
+        if student in failed:
+            continue
+        api.generate_feedback(lab_id, student, force=True)
+
+    log("[5/5] exporting grades")
+    with api.gradebook as gb:
+        for student in students:
+            html = course / "feedback" / student / lab_id / f"{lab_id}.html"
+            copied = None
+            if html.exists():
+                copied = feedback_out / f"{student}.html"
+                shutil.copy(html, copied)
+            report.results.append(_result(gb, lab_id, student, failed.get(student), copied))
+        csv_path = out / "grades.csv"
+        CsvExportPlugin(to=str(csv_path), assignment=[lab_id], parent=api).export(gb)
+    report.csv_path, report.feedback_dir = csv_path, feedback_out
+    _write_problems(out / "problems.csv", report)
+    return report
+
+
+def _first_cause(result: dict) -> str:
+    """The most telling line of a failed nbgrader run's log."""
+    text = f"{result.get('log') or ''}\n{result.get('error') or ''}"
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    telling = [l for l in lines if ("Error" in l or "Exception" in l or "Timeout" in l)
+               and "see the the above traceback" not in l and not l.startswith("File ")]
+    return (telling or lines or ["unknown error"])[-1][:200]
+
+
+def _result(gb, lab_id: str, student: str, failure: str | None, feedback: Path | None) -> StudentResult:
+    from nbgrader.api import MissingEntry
+
+    try:
+        sub = gb.find_submission(lab_id, student)
+    except MissingEntry:
+        return StudentResult(student, None, None, None, failure or "not in the gradebook")
+    grades = [g for nb in sub.notebooks for g in nb.grades]
+    auto = [g for g in grades if g.cell.cell_type == "code"]
+    manual = [g for g in grades if g.cell.cell_type != "code"]
+    return StudentResult(
+        student,
+        auto_score=sum(g.auto_score or 0.0 for g in auto),
+        auto_max=sum(g.max_score for g in auto),
+        manual_max=sum(g.max_score for g in manual),
+        status=failure or "graded",
+        feedback=feedback,
+        cell_scores={g.name: (g.auto_score or 0.0) for g in auto},
+    )
+
+
+def _write_problems(path: Path, report: GradeReport) -> None:
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["file", "kind", "message"])
+        for rel, why in report.skipped:
+            writer.writerow([rel, "not graded", why])
+        for rel, what in report.notes:
+            writer.writerow([rel, "note", what])
+        for r in report.results:
+            if r.status != "graded":
+                writer.writerow([r.student, "autograde", r.status])

@@ -1,0 +1,85 @@
+"""Reading notebooks and finding nbgrader cells in them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+
+BEGIN_SOLUTION = "### BEGIN SOLUTION"
+END_SOLUTION = "### END SOLUTION"
+BEGIN_HIDDEN = "### BEGIN HIDDEN TESTS"
+END_HIDDEN = "### END HIDDEN TESTS"
+
+
+def read(path: Path) -> nbformat.NotebookNode:
+    return nbformat.read(str(path), as_version=4)
+
+
+def nbgrader_meta(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+
+
+def grade_id(cell) -> str | None:
+    return nbgrader_meta(cell).get("grade_id")
+
+
+def is_solution(cell) -> bool:
+    return bool(nbgrader_meta(cell).get("solution"))
+
+
+def is_autograded_test(cell) -> bool:
+    meta = nbgrader_meta(cell)
+    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+def find_cell(nb, gid: str):
+    for cell in nb.cells:
+        if grade_id(cell) == gid:
+            return cell
+    raise KeyError(f"no cell with nbgrader grade_id {gid!r}")
+
+
+def exercises(nb) -> list[str]:
+    """grade_ids of the code solution cells: one per autograded exercise."""
+    return [grade_id(c) for c in nb.cells if c.cell_type == "code" and is_solution(c)]
+
+
+def tests_of(nb, exercise: str) -> list:
+    prefix = f"test_{exercise}"
+    return [c for c in nb.cells if is_autograded_test(c) and grade_id(c).startswith(prefix)]
+
+
+def drop_hidden_tests(source: str) -> str:
+    """The source without the region between the hidden-test markers."""
+    out, hidden = [], False
+    for line in source.splitlines():
+        stripped = line.strip()
+        if stripped == BEGIN_HIDDEN:
+            hidden = True
+        elif stripped == END_HIDDEN:
+            hidden = False
+        elif not hidden:
+            out.append(line)
+    return "\n".join(out).rstrip()
+
+
+def strip_markers(source: str, markers=(BEGIN_SOLUTION, END_SOLUTION, BEGIN_HIDDEN, END_HIDDEN)) -> str:
+    """The source with the nbgrader marker lines removed and their content kept."""
+    return "\n".join(l for l in source.splitlines() if l.strip() not in markers).rstrip()
+
+
+def stub_solution(source: str, stub: str = "raise NotImplementedError()") -> str:
+    """What nbgrader's ClearSolutions leaves of a solution region: the stub, indented
+    like the BEGIN marker (used to test that stubs score nothing)."""
+    out, inside = [], False
+    for line in source.splitlines():
+        stripped = line.strip()
+        if stripped == BEGIN_SOLUTION:
+            inside = True
+            out.append(line[: len(line) - len(line.lstrip())] + stub)
+        elif stripped == END_SOLUTION:
+            inside = False
+        elif not inside:
+            out.append(line)
+    return "\n".join(out)

@@ -1,0 +1,72 @@
+"""The graders are code: each exercise's tests must accept correct answers written
+in different styles and reject realistic mistakes.
+
+Fixtures live in tests/fixtures/<lab>/<exercise>/{correct,wrong}_*.py; each file is
+the whole content of the exercise's solution cell, as a student would write it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from labtools import nbcells
+from labtools.harness import run_exercise, score
+from labtools.labs import built_labs
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _fixture_cases():
+    for lab in built_labs():
+        for path in sorted((FIXTURES / lab.lab_id).glob("*/*.py")):
+            yield pytest.param(lab, path.parent.name, path, id=f"{lab.lab_id}/{path.parent.name}/{path.stem}")
+
+
+def _describe(results) -> str:
+    return "; ".join(f"{r.grade_id}: {'ok' if r.passed else r.error}" for r in results)
+
+
+@pytest.mark.parametrize("lab, exercise, fixture", list(_fixture_cases()))
+def test_fixture_scored_as_expected(lab, exercise, fixture):
+    results = run_exercise(lab.source_path(), exercise, fixture.read_text())
+    earned, possible = score(results)
+    assert possible > 0, f"{exercise} has no points to earn"
+    if fixture.name.startswith("correct_"):
+        assert earned == possible, f"a correct answer lost points: {_describe(results)}"
+    elif fixture.name.startswith("wrong_"):
+        assert earned < possible, f"a wrong answer got full marks: {_describe(results)}"
+    else:
+        pytest.fail(f"fixture names start with correct_ or wrong_: {fixture.name}")
+
+
+@pytest.mark.parametrize("lab", built_labs(), ids=lambda lab: lab.lab_id)
+def test_every_exercise_has_enough_fixtures(lab):
+    nb = nbcells.read(lab.source_path())
+    for exercise in nbcells.exercises(nb):
+        folder = FIXTURES / lab.lab_id / exercise
+        correct = list(folder.glob("correct_*.py"))
+        wrong = list(folder.glob("wrong_*.py"))
+        assert len(correct) >= 3, f"{lab.lab_id}/{exercise}: {len(correct)} correct fixtures, need 3"
+        assert len(wrong) >= 5, f"{lab.lab_id}/{exercise}: {len(wrong)} wrong fixtures, need 5"
+
+
+@pytest.mark.parametrize("lab", built_labs(), ids=lambda lab: lab.lab_id)
+def test_reference_solutions_pass_every_test(lab):
+    nb = nbcells.read(lab.source_path())
+    for exercise in nbcells.exercises(nb):
+        results = run_exercise(lab.source_path(), exercise)
+        earned, possible = score(results)
+        assert earned == possible > 0, f"{exercise}: {_describe(results)}"
+
+
+@pytest.mark.parametrize("lab", built_labs(), ids=lambda lab: lab.lab_id)
+def test_a_stub_answer_scores_zero(lab):
+    """The release stub must lose every point of its exercise: no test passes vacuously."""
+    nb = nbcells.read(lab.source_path())
+    for exercise in nbcells.exercises(nb):
+        cell = nbcells.find_cell(nb, exercise)
+        stub = nbcells.stub_solution(cell.source)
+        earned, _ = score(run_exercise(lab.source_path(), exercise, stub))
+        assert earned == 0, f"{exercise}: a stub earned {earned} points"
