@@ -40,13 +40,14 @@ def run(*cmd, check=True, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], check=check, **kw)
 
 
-def pip(*args, check=True):
-    return run(venv_python(), "-m", "pip", "--disable-pip-version-check", *args, check=check)
+def pip(*args, check=True, python=None):
+    return run(python or venv_python(), "-m", "pip", "--disable-pip-version-check", *args, check=check)
 
 
-def local_torch_wheel() -> str | None:
+def local_torch_wheel(python=None) -> str | None:
     """A torch==X requirement when pip's configured find-links hold a torch wheel."""
-    proc = subprocess.run([str(venv_python()), "-m", "pip", "config", "list"], capture_output=True, text=True)
+    proc = subprocess.run([str(python or venv_python()), "-m", "pip", "config", "list"],
+                          capture_output=True, text=True)
     places = re.findall(r"find-links='([^']*)'", proc.stdout)
     places += os.environ.get("PIP_FIND_LINKS", "").split()
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
@@ -58,22 +59,26 @@ def local_torch_wheel() -> str | None:
     return None
 
 
-def install_torch() -> None:
-    probe = subprocess.run([str(venv_python()), "-c", "import torch"], capture_output=True)
+def install_torch(python=None) -> None:
+    """Install torch into the environment of `python` (default: .venv), CPU build
+    where that is the sensible choice; keep a torch that is already there."""
+    python = python or venv_python()
+    probe = subprocess.run([str(python), "-c", "import torch"], capture_output=True)
     if probe.returncode == 0:
         return
     if os.environ.get("LABS_TORCH"):
-        pip("install", os.environ["LABS_TORCH"])
+        pip("install", os.environ["LABS_TORCH"], python=python)
         return
-    local = local_torch_wheel()
+    local = local_torch_wheel(python)
     if local:
-        pip("install", local)
+        pip("install", local, python=python)
         return
     if platform.system() == "Linux" and shutil.which("nvidia-smi") is None:
-        if pip("install", "torch", "--index-url", CPU_INDEX, "--timeout", "30", check=False).returncode == 0:
+        if pip("install", "torch", "--index-url", CPU_INDEX, "--timeout", "30",
+               check=False, python=python).returncode == 0:
             return
         print("PyTorch's CPU index is unreachable; installing pip's default torch build instead.")
-    pip("install", "torch")
+    pip("install", "torch", python=python)
 
 
 def ensure_environment() -> None:

@@ -146,7 +146,8 @@ def solutions_skeleton(source_nb):
     return normalise(nb)
 
 
-def execute(nb, timeout: int = 600, env_overrides: dict | None = None, kernel_name: str = "python3"):
+def execute(nb, timeout: int = 600, env_overrides: dict | None = None, kernel_name: str = "python3",
+            allow_errors: bool = False):
     """Execute a notebook with nbclient in a scratch directory; full mode unless told otherwise."""
     from nbclient import NotebookClient
 
@@ -159,7 +160,8 @@ def execute(nb, timeout: int = 600, env_overrides: dict | None = None, kernel_na
     try:
         with tempfile.TemporaryDirectory(prefix="labtools-run-") as tmp:
             client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name,
-                                    resources={"metadata": {"path": tmp}}, record_timing=False)
+                                    resources={"metadata": {"path": tmp}}, record_timing=False,
+                                    allow_errors=allow_errors)
             client.execute()
     finally:
         os.environ.clear()
@@ -190,6 +192,13 @@ def _sources_only(text: str) -> list:
     return [(c.cell_type, c.source) for c in nb.cells]
 
 
+def _source_content(text: str) -> list:
+    """What matters in a source: cells, their nbgrader metadata, no stored outputs
+    (ids and formatting that Jupyter changes on save do not)."""
+    nb = nbformat.reads(text, as_version=4)
+    return [(c.cell_type, c.source, c.metadata.get("nbgrader"), bool(c.get("outputs"))) for c in nb.cells]
+
+
 def stale_files(lab: Lab, root: Path = REPO_ROOT) -> list[str]:
     """Generated files that are missing or differ from what `build` would write now."""
     stale = []
@@ -202,7 +211,7 @@ def stale_files(lab: Lab, root: Path = REPO_ROOT) -> list[str]:
         elif key(path.read_text(encoding="utf-8")) != key(expected):
             stale.append(rel)
 
-    compare(lab.source_path(root), dumps(source))
+    compare(lab.source_path(root), dumps(source), key=_source_content)
     compare(lab.release_path(root), dumps(make_release(lab, source, root)))
     compare(lab.selfstudy_path(root), dumps(make_selfstudy(lab, source)))
     compare(lab.solutions_path(root), dumps(solutions_skeleton(source)), key=_sources_only)

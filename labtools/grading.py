@@ -38,7 +38,7 @@ class StudentResult:
     manual_max: float | None  # written answers, graded by hand in formgrader
     status: str  # "graded" or why not
     feedback: Path | None = None
-    cell_scores: dict[str, float] = field(default_factory=dict)  # grade_id -> points
+    cell_scores: dict[str, tuple[float, float]] = field(default_factory=dict)  # grade_id -> (points, max)
 
 
 @dataclass
@@ -49,6 +49,9 @@ class GradeReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     csv_path: Path | None = None
     feedback_dir: Path | None = None
+
+    def result(self, student: str) -> StudentResult:
+        return next(r for r in self.results if r.student == student)
 
     def table(self) -> str:
         def num(x):
@@ -221,7 +224,7 @@ def _result(gb, lab_id: str, student: str, failure: str | None, feedback: Path |
         manual_max=sum(g.max_score for g in manual),
         status=failure or "graded",
         feedback=feedback,
-        cell_scores={g.name: (g.auto_score or 0.0) for g in auto},
+        cell_scores={g.name: (g.auto_score or 0.0, g.max_score) for g in auto},
     )
 
 

@@ -1,0 +1,41 @@
+"""Shared fixtures: a scratch nbgrader course and a graded demo class per lab."""
+
+from __future__ import annotations
+
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from labtools.demo import demo_class
+from labtools.grading import grade
+from labtools.labs import REPO_ROOT, built_labs
+
+
+def make_course(tmp: Path, labs) -> Path:
+    """An nbgrader course directory with the repository's config and lab sources."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO_ROOT / "nbgrader_config.py", tmp / "nbgrader_config.py")
+    for lab in labs:
+        shutil.copytree(lab.source_path().parent, tmp / "source" / lab.lab_id)
+    return tmp
+
+
+def write_zip(path: Path, files: dict[str, str]) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+    return path
+
+
+@pytest.fixture(scope="session", params=built_labs(), ids=lambda lab: lab.lab_id)
+def graded_class(request, tmp_path_factory):
+    """The demo class of a lab (reference answers, other correct styles, mistakes,
+    an untouched release, a renamed notebook, broken JSON, a stray file), collected
+    from an LMS zip and autograded by real nbgrader runs into a SQLite gradebook."""
+    lab = request.param
+    course = make_course(tmp_path_factory.mktemp(f"course-{lab.lab_id}"), [lab])
+    archive = write_zip(course.parent / f"{lab.lab_id}-lms.zip", demo_class(lab))
+    report = grade(lab.lab_id, archive, course_dir=course, hide_progress=True, log=lambda *a: None)
+    return lab, course, report

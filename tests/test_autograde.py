@@ -1,0 +1,75 @@
+"""Real nbgrader runs: what DESIGN.md calls the tests that matter most.
+
+The demo class (see labtools.demo) is graded once per lab by `graded_class`.
+"""
+
+from __future__ import annotations
+
+import nbformat
+
+from labtools import nbcells
+
+
+def test_untouched_release_scores_zero_and_runs_to_the_end(graded_class):
+    lab, course, report = graded_class
+    untouched = report.result("dijkstraedsger")
+    assert untouched.status == "graded"
+    assert untouched.cell_scores, "no autograded cell was recorded"
+    assert all(points == 0 for points, _ in untouched.cell_scores.values()), untouched.cell_scores
+    autograded = nbformat.read(course / "autograded" / "dijkstraedsger" / lab.lab_id / lab.notebook_name, 4)
+    code = [c for c in autograded.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code), "nbgrader stopped before the end"
+
+
+def test_reference_solutions_get_full_marks(graded_class):
+    lab, _, report = graded_class
+    ref = report.result("lovelaceada")
+    source = nbcells.read(lab.source_path())
+    expected = {nbcells.grade_id(c) for c in source.cells if nbcells.is_autograded_test(c)}
+    assert set(ref.cell_scores) == expected
+    lost = {gid: s for gid, s in ref.cell_scores.items() if s[0] != s[1]}
+    assert not lost, f"reference solutions lost points in {lost}"
+    assert ref.auto_score == ref.auto_max > 0
+
+
+def test_other_correct_styles_get_full_marks_under_nbgrader(graded_class):
+    """Agreement between the in-process harness and nbgrader on answers in other styles."""
+    _, _, report = graded_class
+    alt = report.result("hoppergrace")
+    assert alt.auto_score == alt.auto_max, {g: s for g, s in alt.cell_scores.items() if s[0] != s[1]}
+
+
+def test_mistakes_lose_points_under_nbgrader(graded_class):
+    _, _, report = graded_class
+    mixed = report.result("turingalan")
+    assert 0 < mixed.auto_score < mixed.auto_max
+
+
+def test_renamed_notebook_is_graded_with_a_note(graded_class):
+    lab, _, report = graded_class
+    renamed = report.result("liskovbarbara")
+    assert renamed.auto_score == renamed.auto_max
+    assert any("liskovbarbara" in what and "Copy_of" in what for _, what in report.notes)
+
+
+def test_bad_files_are_reported_by_name_and_the_rest_graded(graded_class):
+    lab, course, report = graded_class
+    skipped = dict(report.skipped)
+    broken = [f for f in skipped if "knuthdonald" in f]
+    assert broken and "not valid JSON" in skipped[broken[0]]
+    stray = [f for f in skipped if f.endswith("notes.txt")]
+    assert stray and "not a Jupyter notebook" in skipped[stray[0]]
+    assert {r.student for r in report.results} == {
+        "lovelaceada", "hoppergrace", "turingalan", "dijkstraedsger", "liskovbarbara"}
+    problems = (report.csv_path.parent / "problems.csv").read_text()
+    assert "knuthdonald" in problems and "notes.txt" in problems
+
+
+def test_grades_csv_and_feedback_are_written(graded_class):
+    lab, _, report = graded_class
+    rows = report.csv_path.read_text().splitlines()
+    assert rows[0].startswith("assignment,")
+    assert len(rows) == 1 + 5
+    for r in report.results:
+        assert r.feedback is not None and r.feedback.exists(), r.student
+        assert "<html" in r.feedback.read_text()[:2000].lower()

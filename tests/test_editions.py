@@ -1,0 +1,93 @@
+"""Generated editions are in sync with source/, and the check notices when not."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from labtools import nbcells
+from labtools.editions import stale_files
+from labtools.labs import REPO_ROOT, built_labs, get_lab
+
+LABS = built_labs()
+
+
+def test_there_is_a_lab_to_check():
+    assert get_lab("lab01_attention") in LABS
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.lab_id)
+def test_generated_editions_are_in_sync(lab):
+    assert stale_files(lab) == [], "run `python -m labtools build`"
+
+
+def test_check_command_passes_on_the_repository():
+    proc = subprocess.run([sys.executable, "-m", "labtools", "check"], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.fixture
+def repo_copy(tmp_path):
+    for name in ("source", "release", "notebooks", "solutions"):
+        shutil.copytree(REPO_ROOT / name, tmp_path / name)
+    shutil.copy(REPO_ROOT / "nbgrader_config.py", tmp_path)
+    return tmp_path
+
+
+def _edit(path, change):
+    nb = nbformat.read(path, as_version=4)
+    change(nb)
+    nbformat.write(nb, path)
+
+
+def test_check_names_an_edited_generated_file(repo_copy):
+    lab = get_lab("lab01_attention")
+    _edit(lab.release_path(repo_copy), lambda nb: nb.cells[0].__setitem__("source", "edited by hand"))
+    assert stale_files(lab, repo_copy) == ["release/lab01_attention/lab01_attention.ipynb"]
+
+
+def test_check_names_every_edition_when_the_source_changes(repo_copy):
+    lab = get_lab("lab01_attention")
+    _edit(lab.source_path(repo_copy), lambda nb: nb.cells.append(nbformat.v4.new_markdown_cell("New section")))
+    stale = stale_files(lab, repo_copy)
+    assert set(stale) == {"release/lab01_attention/lab01_attention.ipynb",
+                          "notebooks/lab01_attention.ipynb", "solutions/lab01_attention.ipynb"}
+
+
+def test_check_notices_a_drifted_setup_cell_and_a_missing_file(repo_copy):
+    lab = get_lab("lab01_attention")
+    _edit(lab.source_path(repo_copy), lambda nb: nbcells.find_cell(nb, "setup").__setitem__("source", "import torch"))
+    lab.selfstudy_path(repo_copy).unlink()
+    stale = stale_files(lab, repo_copy)
+    assert "source/lab01_attention/lab01_attention.ipynb" in stale
+    assert "notebooks/lab01_attention.ipynb (missing)" in stale
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.lab_id)
+def test_editions_have_what_each_audience_needs(lab):
+    release = nbcells.read(lab.release_path())
+    selfstudy = nbcells.read(lab.selfstudy_path())
+    solutions = nbcells.read(lab.solutions_path())
+    source = nbcells.read(lab.source_path())
+    text = lambda nb: "\n".join(c.source for c in nb.cells)  # noqa: E731
+    # no outputs in the source; no solutions or hidden tests in the release
+    assert not any(c.get("outputs") for c in source.cells if c.cell_type == "code")
+    assert "### BEGIN SOLUTION" not in text(release) and "BEGIN HIDDEN TESTS" not in text(release)
+    assert "raise NotImplementedError()" in text(release)
+    # the self-study edition: stubs, every test (hidden ones too), a Colab badge to itself
+    assert "raise NotImplementedError()" in text(selfstudy)
+    assert "### BEGIN" not in text(selfstudy)
+    assert lab.colab_url in selfstudy.cells[0].source
+    assert not any("nbgrader" in c.metadata for c in selfstudy.cells)
+    n_tests = sum(nbcells.is_autograded_test(c) for c in source.cells)
+    assert n_tests > 0
+    # solutions: no stubs, executed, with at least one figure
+    assert not any("raise NotImplementedError()" in c.source for c in solutions.cells if c.cell_type == "code")
+    outputs = [o for c in solutions.cells if c.cell_type == "code" for o in c.outputs]
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+    assert not any(o.output_type == "error" for o in outputs)

@@ -1,0 +1,37 @@
+"""Every lab under nbval: the source (lax: it must run and pass its own tests) and
+the executed solutions (strict: outputs must match what is stored)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from labtools.labs import REPO_ROOT, built_labs
+
+LABS = built_labs()
+
+
+def nbval(*args, fast: bool) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("LABS_FAST", "NBGRADER_EXECUTION")}
+    if fast:
+        env["LABS_FAST"] = "1"
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--nbval-cell-timeout=600", *args],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+    )
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.lab_id)
+def test_source_runs_and_passes_its_tests(lab):
+    proc = nbval("--nbval-lax", str(lab.source_path().relative_to(REPO_ROOT)), fast=True)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.lab_id)
+def test_solutions_reproduce_their_stored_outputs(lab):
+    proc = nbval("--nbval", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg",
+                 str(lab.solutions_path().relative_to(REPO_ROOT)), fast=False)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
