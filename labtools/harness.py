@@ -37,6 +37,45 @@ def _run_cell(source: str, namespace: dict, name: str) -> str:
     return ""
 
 
+def _rng_state():
+    import random
+
+    import numpy as np
+    import torch
+
+    return random.getstate(), np.random.get_state(), torch.get_rng_state()
+
+
+def _set_rng_state(state) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    random.setstate(state[0])
+    np.random.set_state(state[1])
+    torch.set_rng_state(state[2])
+
+
+# (notebook path, its mtime, exercise) -> (namespace, RNG state) after the cells that
+# come before the exercise's solution cell. Those cells do not depend on the answer,
+# so they run once per exercise instead of once per fixture.
+_PREFIX_CACHE: dict = {}
+
+
+def _prefix(notebook: Path, nb, exercise: str, start: int):
+    key = (str(notebook), notebook.stat().st_mtime_ns, exercise)
+    if key not in _PREFIX_CACHE:
+        namespace: dict = {"__name__": "__main__", "display": print}
+        for index, cell in enumerate(nb.cells[:start]):
+            if cell.cell_type == "code":
+                _run_cell(cell.source, namespace, nbcells.grade_id(cell) or f"#{index}")
+        _PREFIX_CACHE[key] = (namespace, _rng_state())
+    namespace, state = _PREFIX_CACHE[key]
+    _set_rng_state(state)
+    return dict(namespace)
+
+
 def run_exercise(notebook: Path, exercise: str, answer: str | None = None) -> list[TestResult]:
     """Score the tests of `exercise` with `answer` as the content of its solution cell.
 
@@ -48,15 +87,17 @@ def run_exercise(notebook: Path, exercise: str, answer: str | None = None) -> li
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    notebook = Path(notebook)
     nb = nbcells.read(notebook)
     tests = nbcells.tests_of(nb, exercise)
     if not tests:
         raise ValueError(f"{notebook.name} has no test cells for exercise {exercise!r}")
     last_test = nbcells.grade_id(tests[-1])
+    start = next(i for i, c in enumerate(nb.cells) if nbcells.grade_id(c) == exercise)
     os.environ.setdefault("LABS_FAST", "1")
-    namespace: dict = {"__name__": "__main__", "display": print}
+    namespace = _prefix(notebook, nb, exercise, start)
     results = []
-    for index, cell in enumerate(nb.cells):
+    for index, cell in enumerate(nb.cells[start:], start):
         if cell.cell_type != "code":
             continue
         gid = nbcells.grade_id(cell) or f"#{index}"

@@ -78,7 +78,8 @@ def _errors(nb):
 
 @pytest.mark.parametrize("lab", built_labs(), ids=lambda lab: lab.lab_id)
 def test_selfstudy_runs_top_to_bottom_in_a_colab_like_env(lab, colab_kernel, monkeypatch):
-    env = {"JUPYTER_PATH": colab_kernel, "HF_HUB_OFFLINE": "1"}
+    # Fast mode: this test is about the environment; full runs are nbval's job.
+    env = {"JUPYTER_PATH": colab_kernel, "HF_HUB_OFFLINE": "1", "LABS_FAST": "1"}
     done = execute(_filled(lab), kernel_name="colab-like", env_overrides=env)
     assert _errors(done) == []
     # as handed out: the only errors are the stubs asking for the student's code
