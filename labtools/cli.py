@@ -47,7 +47,7 @@ def cmd_grade(args) -> int:
 
     report = grade(args.lab, Path(args.submissions), course_dir=Path(args.course_dir),
                    db_url=args.db, out_dir=Path(args.out) if args.out else None,
-                   student_pattern=args.student_pattern)
+                   student_pattern=args.student_pattern, hide_hidden_tests=not args.show_hidden_tests)
     print(f"\n{report.table()}\n")
     print(f"Grades CSV: {report.csv_path}")
     print(f"Feedback (one HTML per student): {report.feedback_dir}")
@@ -89,6 +89,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="where to write grades.csv, problems.csv and feedback/ (default: grades/<lab>)")
     p.add_argument("--student-pattern", help="regex with a (?P<student_id>...) group, matched against each "
                    "file's path inside the zip/folder, for LMS naming the defaults do not know")
+    p.add_argument("--show-hidden-tests", action="store_true",
+                   help="put the hidden tests in the students' feedback too (default: left out; "
+                   "the autograded notebooks and formgrader always keep them)")
     p.set_defaults(func=cmd_grade)
 
     p = sub.add_parser("demo", help="build every lab, then autograde a demo class and print its grades")

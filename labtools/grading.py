@@ -67,13 +67,20 @@ class GradeReport:
         return "\n".join(lines)
 
 
-def _nbgrader_config(course: Path, db_url: str | None) -> Config:
+def _nbgrader_config(course: Path, db_url: str | None, hide_hidden_tests: bool = True) -> Config:
     config = Config()
     if (course / "nbgrader_config.py").exists():
         config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
     config.CourseDirectory.root = str(course)
     # The build owns release/; grading regenerates the assignment into scratch space.
     config.CourseDirectory.release_directory = f"{SCRATCH}/release"
+    if hide_hidden_tests:
+        from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+        from nbgrader.preprocessors import GetGrades
+
+        from .feedback import HideHiddenTests
+
+        config.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]
     if db_url:
         config.CourseDirectory.db_url = db_url
     elif not str(config.CourseDirectory.get("db_url", "")):
@@ -110,7 +117,7 @@ def _stage_input(submissions: Path, archive: Path) -> set[str]:
 
 def grade(lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT, db_url: str | None = None,
           out_dir: Path | None = None, student_pattern: str | None = None,
-          hide_progress: bool = False, log=print) -> GradeReport:
+          hide_progress: bool = False, hide_hidden_tests: bool = True, log=print) -> GradeReport:
     from nbgrader.apps import ZipCollectApp
     from nbgrader.apps.api import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
@@ -132,7 +139,7 @@ def grade(lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT, db_url: 
     out = Path(out_dir) if out_dir else course / "grades" / lab_id
     report = GradeReport(lab_id)
 
-    config = _nbgrader_config(course, db_url)
+    config = _nbgrader_config(course, db_url, hide_hidden_tests)
     coursedir = CourseDirectory(config=config)
     api = NbGraderAPI(coursedir=coursedir, config=config)
 

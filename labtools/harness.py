@@ -57,23 +57,28 @@ def _set_rng_state(state) -> None:
     torch.set_rng_state(state[2])
 
 
-# (notebook path, its mtime, exercise) -> (namespace, RNG state) after the cells that
-# come before the exercise's solution cell. Those cells do not depend on the answer,
-# so they run once per exercise instead of once per fixture.
+# (notebook path, its mtime, exercise) -> (namespace, its contents, RNG state) after
+# the cells that come before the exercise's solution cell. Those cells do not depend
+# on the answer, so they run once per exercise instead of once per fixture. The same
+# dict object is reused (cleared and refilled), because functions defined in those
+# cells look names up in it: a helper that calls the student's function by name must
+# see the answer under test, as it would in a kernel.
 _PREFIX_CACHE: dict = {}
 
 
-def _prefix(notebook: Path, nb, exercise: str, start: int):
+def _prefix(notebook: Path, nb, exercise: str, start: int) -> dict:
     key = (str(notebook), notebook.stat().st_mtime_ns, exercise)
     if key not in _PREFIX_CACHE:
         namespace: dict = {"__name__": "__main__", "display": print}
         for index, cell in enumerate(nb.cells[:start]):
             if cell.cell_type == "code":
                 _run_cell(cell.source, namespace, nbcells.grade_id(cell) or f"#{index}")
-        _PREFIX_CACHE[key] = (namespace, _rng_state())
-    namespace, state = _PREFIX_CACHE[key]
+        _PREFIX_CACHE[key] = (namespace, dict(namespace), _rng_state())
+    namespace, contents, state = _PREFIX_CACHE[key]
+    namespace.clear()
+    namespace.update(contents)
     _set_rng_state(state)
-    return dict(namespace)
+    return namespace
 
 
 def run_exercise(notebook: Path, exercise: str, answer: str | None = None) -> list[TestResult]:

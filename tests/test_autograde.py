@@ -73,3 +73,30 @@ def test_grades_csv_and_feedback_are_written(graded_class):
     for r in report.results:
         assert r.feedback is not None and r.feedback.exists(), r.student
         assert "<html" in r.feedback.read_text()[:2000].lower()
+
+
+def test_student_feedback_leaves_hidden_tests_out(graded_class):
+    lab, course, report = graded_class
+    source = nbcells.read(lab.source_path())
+    hidden_lines = []
+    for cell in source.cells:
+        if nbcells.is_autograded_test(cell) and nbcells.BEGIN_HIDDEN in cell.source:
+            region = cell.source.split(nbcells.BEGIN_HIDDEN, 1)[1].split(nbcells.END_HIDDEN)[0]
+            hidden_lines += [line.strip() for line in region.splitlines() if len(line.strip()) > 30]
+    released = "\n".join(c.source for c in nbcells.read(lab.release_path()).cells)
+    hidden_lines = [line for line in hidden_lines if line not in released]  # not secret if shown elsewhere
+    assert hidden_lines, "the lab has no hidden tests to hide"
+    student = report.result("turingalan")  # has failing hidden tests, so tracebacks too
+    import html as html_lib
+    import re
+
+    text = html_lib.unescape(re.sub(r"<[^>]+>", "", student.feedback.read_text()))
+    visible = [line.strip() for c in source.cells if nbcells.is_autograded_test(c)
+               for line in c.source.split(nbcells.BEGIN_HIDDEN)[0].splitlines() if len(line.strip()) > 30]
+    assert any(line in text for line in visible), "cannot find the visible tests in the feedback text"
+    leaked = [line for line in hidden_lines if line in text]
+    assert not leaked, f"hidden test lines in the feedback: {leaked[:3]}"
+    assert "hidden tests: not shown" in text
+    # the instructor's view keeps them
+    autograded = (course / "autograded" / "turingalan" / lab.lab_id / lab.notebook_name).read_text()
+    assert nbcells.BEGIN_HIDDEN in autograded
