@@ -19,3 +19,21 @@ c.Execute.interrupt_on_timeout = True
 # graded cells back (nbgrader leaves this off by default).
 c.OverwriteCells.add_missing_cells = True
 
+
+# Autograding runs each notebook with labtools' hardened Execute: kernels start under
+# memory and file-size limits, and a kernel that dies is restarted so that the rest of
+# the notebook is still graded (see labtools/execute.py). Otherwise nbgrader's defaults.
+from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
+from nbgrader.preprocessors import (  # noqa: E402
+    AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput, SaveAutoGrades,
+)
+
+from labtools.execute import GradingExecute  # noqa: E402
+
+c.Autograde.autograde_preprocessors = [
+    GradingExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+    SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
+]
+c.GradingExecute.timeout = 120
+c.GradingExecute.interrupt_on_timeout = True
+c.LimitedKernelManager.memory_mb = 6144

@@ -160,7 +160,10 @@ def grade(lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT, db_url: 
         app.init_plugins()
         app.extract_archive_files()
         extracted = downloaded / "extracted"
-        decision = collect.scan(extracted, lab_id, wrappers, student_pattern)
+        from . import nbcells
+
+        released = nbcells.read(course / SCRATCH / "release" / lab_id / lab.notebook_name)
+        decision = collect.scan(extracted, lab_id, wrappers, student_pattern, release_nb=released)
         app.collector_plugin_inst.decision = decision
         app.collector_plugin_inst.lab_id = lab_id
         app.process_extracted_files()
@@ -197,12 +200,33 @@ def grade(lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT, db_url: 
             if html.exists():
                 copied = feedback_out / f"{student}.html"
                 shutil.copy(html, copied)
-            report.results.append(_result(gb, lab_id, student, failed.get(student), copied))
+            result = _result(gb, lab_id, student, failed.get(student), copied)
+            incidents = _incidents(course / "autograded" / student / lab_id / lab.notebook_name)
+            if incidents and result.status == "graded":
+                result.status = "graded; " + incidents
+            report.results.append(result)
         csv_path = out / "grades.csv"
         CsvExportPlugin(to=str(csv_path), assignment=[lab_id], parent=api).export(gb)
     report.csv_path, report.feedback_dir = csv_path, feedback_out
     _write_problems(out / "problems.csv", report)
     return report
+
+
+def _incidents(autograded: Path) -> str:
+    """What went wrong while the notebook ran, in words: timeouts, dead kernels."""
+    import nbformat
+
+    if not autograded.exists():
+        return ""
+    names = [o.get("ename") for c in nbformat.read(str(autograded), as_version=4).cells
+             if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    parts = []
+    for ename, words in (("CellTimeoutError", "timed out"), ("KernelDied", "killed the kernel"),
+                         ("MemoryError", "ran out of memory")):
+        count = names.count(ename)
+        if count:
+            parts.append(f"{count} cell{'s' if count > 1 else ''} {words}")
+    return ", ".join(parts)
 
 
 def _first_cause(result: dict) -> str:
