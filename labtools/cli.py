@@ -47,7 +47,8 @@ def cmd_grade(args) -> int:
 
     report = grade(args.lab, Path(args.submissions), course_dir=Path(args.course_dir),
                    db_url=args.db, out_dir=Path(args.out) if args.out else None,
-                   student_pattern=args.student_pattern, hide_hidden_tests=not args.show_hidden_tests)
+                   student_pattern=args.student_pattern, hide_hidden_tests=not args.show_hidden_tests,
+                   workers=args.workers)
     print(f"\n{report.table()}\n")
     print(f"Grades CSV: {report.csv_path}")
     print(f"Feedback (one HTML per student): {report.feedback_dir}")
@@ -92,6 +93,8 @@ def main(argv=None) -> int:
     p.add_argument("--show-hidden-tests", action="store_true",
                    help="put the hidden tests in the students' feedback too (default: left out; "
                    "the autograded notebooks and formgrader always keep them)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="autograde this many submissions at once (one per CPU core is a good choice)")
     p.set_defaults(func=cmd_grade)
 
     p = sub.add_parser("demo", help="build every lab, then autograde a demo class and print its grades")

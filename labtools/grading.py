@@ -117,7 +117,8 @@ def _stage_input(submissions: Path, archive: Path) -> set[str]:
 
 def grade(lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT, db_url: str | None = None,
           out_dir: Path | None = None, student_pattern: str | None = None,
-          hide_progress: bool = False, hide_hidden_tests: bool = True, log=print) -> GradeReport:
+          hide_progress: bool = False, hide_hidden_tests: bool = True, workers: int = 1,
+          log=print) -> GradeReport:
     from nbgrader.apps import ZipCollectApp
     from nbgrader.apps.api import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
@@ -177,12 +178,25 @@ def grade(lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT, db_url: 
     if not students:
         log("  no notebook could be collected; nothing to grade")
 
-    log(f"[3/5] autograding {len(students)} submission(s)")
+    log(f"[3/5] autograding {len(students)} submission(s)" + (f" with {workers} workers" if workers > 1 else ""))
     failed = {}
-    for student in tqdm(students, desc=f"autograde {lab_id}", unit="student", disable=hide_progress):
-        result = api.autograde(lab_id, student, force=True, create=True)
-        if not result["success"]:
-            failed[student] = "autograde failed: " + _first_cause(result)
+    bar = tqdm(total=len(students), desc=f"autograde {lab_id}", unit="student", disable=hide_progress)
+    if workers <= 1:
+        for student in students:
+            result = api.autograde(lab_id, student, force=True, create=True)
+            if not result["success"]:
+                failed[student] = "autograde failed: " + _first_cause(result)
+            bar.update()
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        db = str(config.CourseDirectory.db_url)
+        with ThreadPoolExecutor(workers) as pool:
+            for student, result in pool.map(lambda s: (s, _autograde_process(course, lab_id, s, db)), students):
+                if not result["success"]:
+                    failed[student] = "autograde failed: " + _first_cause(result)
+                bar.update()
+    bar.close()
 
     log("[4/5] writing feedback")
     feedback_out = out / "feedback"
@@ -210,6 +224,27 @@ def grade(lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT, db_url: 
     report.csv_path, report.feedback_dir = csv_path, feedback_out
     _write_problems(out / "problems.csv", report)
     return report
+
+
+def _autograde_process(course: Path, lab_id: str, student: str, db_url: str) -> dict:
+    """One `nbgrader autograde` in its own process, for parallel grading.
+
+    Each process opens the gradebook for itself. SQLite serialises the writers (a
+    generous busy timeout makes them wait rather than fail); a server database such as
+    PostgreSQL takes concurrent writers as they come.
+    """
+    import subprocess
+    import sys
+
+    if db_url.startswith("sqlite:") and "timeout=" not in db_url:
+        db_url += ("&" if "?" in db_url else "?") + "timeout=120"
+    proc = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "autograde", lab_id, "--student", student, "--force",
+         f"--CourseDirectory.db_url={db_url}", f"--CourseDirectory.release_directory={SCRATCH}/release",
+         "--log-level=ERROR"],
+        cwd=course, capture_output=True, text=True,
+    )
+    return {"success": proc.returncode == 0, "log": proc.stdout + proc.stderr}
 
 
 def _incidents(autograded: Path) -> str:
