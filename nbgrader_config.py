@@ -34,6 +34,4 @@ c.Autograde.autograde_preprocessors = [
     GradingExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
     SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
 ]
-c.GradingExecute.timeout = 120
-c.GradingExecute.interrupt_on_timeout = True
 c.LimitedKernelManager.memory_mb = 6144

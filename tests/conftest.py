@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import zipfile
 from pathlib import Path
@@ -11,6 +12,14 @@ import pytest
 from labtools.demo import demo_class
 from labtools.grading import grade
 from labtools.labs import REPO_ROOT, built_labs
+
+
+def course_module():
+    """course.py (the stdlib-only bootstrap) imported as a module."""
+    spec = importlib.util.spec_from_file_location("course_bootstrap", REPO_ROOT / "course.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def make_course(tmp: Path, labs) -> Path:

@@ -5,12 +5,10 @@ project: no nbgrader, no nbval, no labtools."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,15 +16,11 @@ from labtools import nbcells
 from labtools.editions import execute
 from labtools.labs import REPO_ROOT, built_labs
 
+from conftest import course_module
+
 COLAB_PACKAGES = ["numpy", "matplotlib", "seaborn", "transformers", "ipykernel"]
 VENV = REPO_ROOT / ".venv-colab"
 
-
-def _course_module():
-    spec = importlib.util.spec_from_file_location("course_bootstrap", REPO_ROOT / "course.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="session")
@@ -39,7 +33,7 @@ def colab_kernel(tmp_path_factory):
     wanted = " ".join(COLAB_PACKAGES + extras)
     if not stamp.exists() or stamp.read_text() != wanted:
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
-        course = _course_module()
+        course = course_module()
         course.install_torch(python)
         course.pip("install", "--quiet", *COLAB_PACKAGES, *extras, python=python)
         stamp.write_text(wanted)

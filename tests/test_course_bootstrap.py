@@ -2,39 +2,34 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
 from labtools.labs import REPO_ROOT
 
+from conftest import course_module
 
-def _course():
-    spec = importlib.util.spec_from_file_location("course_bootstrap", REPO_ROOT / "course.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_a_local_cpu_wheel_is_found_through_pip_find_links(tmp_path, monkeypatch):
     tag = "cp%d%d" % sys.version_info[:2]
     (tmp_path / f"torch-2.13.0+cpu-{tag}-{tag}-manylinux_2_28_x86_64.whl").write_bytes(b"")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
-    assert _course().local_torch_wheel(sys.executable) == "torch==2.13.0"
+    assert course_module().local_torch_wheel(sys.executable) == "torch==2.13.0"
 
 
 def test_no_local_wheel_means_no_pin(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
     monkeypatch.setenv("PIP_CONFIG_FILE", str(tmp_path / "none.conf"))
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
-    course = _course()
+    course = course_module()
     monkeypatch.setattr(course.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, "", ""))
     assert course.local_torch_wheel(sys.executable) is None
 
 
 def test_an_installed_torch_is_never_reinstalled(monkeypatch):
     """Colab and any machine with torch keep their build: install_torch does nothing."""
-    course = _course()
+    course = course_module()
     calls = []
     monkeypatch.setattr(course, "pip", lambda *a, **k: calls.append(a))
     course.install_torch(sys.executable)  # this interpreter has torch
