@@ -12,6 +12,8 @@ Timeouts are nbgrader's own (`Execute.timeout`, interrupt then move on).
 from __future__ import annotations
 
 import copy
+import os
+import shutil
 import sys
 
 import nbformat
@@ -19,7 +21,9 @@ from jupyter_client.manager import AsyncKernelManager
 from nbclient.exceptions import DeadKernelError
 from nbclient.util import run_sync
 from nbgrader.preprocessors import Execute
-from traitlets import Integer, Type
+from traitlets import Integer, Type, Unicode
+
+from . import sandbox
 
 KERNEL_DIED = (
     "the kernel died while running this cell (os._exit, a crash, or out of memory); "
@@ -28,13 +32,58 @@ KERNEL_DIED = (
 
 
 class LimitedKernelManager(AsyncKernelManager):
+    """Starts each grading kernel under limits and, where bubblewrap works, in a sandbox
+    (see labtools/sandbox.py): its connection directory (ZMQ over ipc sockets, since the
+    sandbox has no network) and its working directory (copies of the notebook
+    directory's data files, not the notebook) live in a private temporary directory
+    that a restart keeps and a shutdown removes."""
+
     memory_mb = Integer(6144, help="address-space limit of a grading kernel (0: none)").tag(config=True)
     file_mb = Integer(512, help="largest file a grading kernel may write (0: none)").tag(config=True)
+    sandbox = Unicode("auto", help=(
+        "run grading kernels in a bubblewrap sandbox: 'auto' (when bubblewrap works here, else a loud "
+        "warning; 'require' when LABS_REQUIRE_SANDBOX=1), 'require' (fail when it cannot), 'none'")).tag(config=True)
+
+    _bwrap: str | None = None  # the bwrap executable while sandboxed
+    _box: str | None = None  # private directory: conn/ (connection file, sockets), work/ (the kernel's cwd)
+    _notebook_dir: str | None = None
+
+    async def _async_pre_start_kernel(self, **kw):
+        if self._box is None:
+            self._bwrap = sandbox.resolve_sandbox(self.sandbox)
+            if self._bwrap:
+                self._box = sandbox.make_box_dir(owner=self)
+                conn = os.path.join(self._box, "conn")
+                os.mkdir(conn)
+                # absolute ipc paths (jupyter_client's default is relative to the cwd)
+                self.transport, self.cache_ports = "ipc", False
+                self.connection_file = os.path.join(conn, "kernel.json")
+                self.ip = os.path.join(conn, "kernel-ipc")
+        if self._bwrap:
+            work = os.path.join(self._box, "work")
+            cwd = kw.get("cwd")
+            if cwd and os.path.realpath(cwd) != os.path.realpath(work):  # not a restart
+                self._notebook_dir = os.path.realpath(cwd)
+            sandbox.prepare_work_dir(self._notebook_dir, work)
+            kw["cwd"] = work
+        return await super()._async_pre_start_kernel(**kw)
 
     def format_kernel_cmd(self, extra_arguments=None):
         cmd = super().format_kernel_cmd(extra_arguments)
-        return [sys.executable, "-m", "labtools.sandbox", f"--memory-mb={self.memory_mb}",
-                f"--file-mb={self.file_mb}", "--", *cmd]
+        limits = [sys.executable, "-m", "labtools.sandbox", f"--memory-mb={self.memory_mb}",
+                  f"--file-mb={self.file_mb}"]
+        if not self._bwrap:
+            return [*limits, "--", *cmd]
+        boxed = sandbox.bwrap_command(
+            self._bwrap, cmd, work_dir=os.path.join(self._box, "work"),
+            connection_file=self.connection_file, hidden=[p for p in [self._notebook_dir] if p])
+        return [*limits, "--ignore-sigint", "--", *boxed]
+
+    async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        await super()._async_cleanup_resources(restart=restart)
+        if not restart and self._box is not None:
+            shutil.rmtree(self._box, ignore_errors=True)
+            self._box = self._bwrap = None
 
 
 class GradingExecute(Execute):
