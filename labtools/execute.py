@@ -24,6 +24,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Integer, Type, Unicode
 
 from . import sandbox
+from .guard import TestGuard, cell_role
 
 KERNEL_DIED = (
     "the kernel died while running this cell (os._exit, a crash, or out of memory); "
@@ -86,7 +87,7 @@ class LimitedKernelManager(AsyncKernelManager):
             self._box = self._bwrap = None
 
 
-class GradingExecute(Execute):
+class GradingExecute(TestGuard, Execute):
     kernel_manager_class = Type(LimitedKernelManager, config=True)
     max_kernel_deaths = Integer(3, help="give up on a notebook after this many kernel deaths").tag(config=True)
 
@@ -95,10 +96,14 @@ class GradingExecute(Execute):
         super().__init__(*args, **kwargs)
         self._ran: list = []
         self._deaths = 0
+        self._guard_reset()
 
     def preprocess_cell(self, cell, resources, index):
+        role = cell_role(cell)
+        undone = self.guard_before(cell, role)
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
+            self.guard_after(cell, role, index, undone)
         except DeadKernelError:
             self._deaths += 1
             if self._deaths > self.max_kernel_deaths:
