@@ -28,6 +28,7 @@ import builtins
 import functools
 import importlib
 import json
+import os
 import sys
 import types
 
@@ -218,15 +219,23 @@ class Guard:
     def _restore_dict(self, owner, original, label, delete_new):
         undone = []
         current = vars(owner)
-        for key, value in original.items():
-            if current.get(key, _MISSING) is not value and key not in IGNORED_NAMES:
-                try:
-                    setattr(owner, key, value)
-                except (TypeError, AttributeError):
-                    continue  # immutable (a C type): nothing could have changed it either
-                undone.append(f"{label}.{key} was replaced")
+        for key, value in list(original.items()):
+            new = current.get(key, _MISSING)
+            if new is value or key in IGNORED_NAMES:
+                continue
+            if _library_wrapper_of(new, value):
+                original[key] = new  # e.g. torch._dynamo wraps torch.manual_seed on import
+                continue
+            try:
+                setattr(owner, key, value)
+            except (TypeError, AttributeError):
+                continue  # immutable (a C type): nothing could have changed it either
+            undone.append(f"{label}.{key} was replaced")
         if delete_new:
             for key in [k for k in current if k not in original]:
+                if _library_made(current[key]) and not _shadows_inherited(owner, key):
+                    original[key] = current[key]  # e.g. transformers adds nn.Module.smart_apply
+                    continue
                 try:
                     delattr(owner, key)
                 except (TypeError, AttributeError):
@@ -297,6 +306,47 @@ class Guard:
                 user_ns[name] = self.wrapped[name] = _checked(function)
         # remember the originals, not the wrappers
         self.wrapped = {name: wrapper.__labtools_guarded__ for name, wrapper in self.wrapped.items()}
+
+
+def _library_dirs():
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    try:
+        import site
+        dirs.update(site.getsitepackages())
+        dirs.add(site.getusersitepackages())
+    except Exception:  # noqa: BLE001 - some embedded Pythons lack parts of site
+        pass
+    return tuple(os.path.join(d, "") for d in dirs if d)
+
+
+LIBRARY_DIRS = _library_dirs()
+
+
+def _library_made(value):
+    """Code that comes from an installed library, not from a notebook cell."""
+    func = value.func if isinstance(value, functools.partial) else value
+    func = getattr(func, "__func__", func)
+    code = getattr(func, "__code__", None)
+    if code is None:  # a C function, a class, a module, data
+        module = getattr(func, "__module__", None) or getattr(type(func), "__module__", "")
+        return module != "__main__"
+    return code.co_filename.startswith(LIBRARY_DIRS)
+
+
+def _library_wrapper_of(new, original):
+    """A library's wrapper around the original (functools.wraps sets __wrapped__)."""
+    seen = 0
+    wrapped = new
+    while seen < 10 and wrapped is not None and _library_made(wrapped):
+        wrapped = getattr(wrapped, "__wrapped__", None)
+        if wrapped is original:
+            return True
+        seen += 1
+    return False
+
+
+def _shadows_inherited(cls, key):
+    return any(key in vars(base) for base in cls.__mro__[1:])
 
 
 def _library_callback(callback):
