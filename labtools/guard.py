@@ -86,7 +86,7 @@ def kernel_env(env: dict | None) -> dict:
 class TestGuard(HasTraits):
     """Mixin for nbclient-based preprocessors (needs `kc`, `nb`, `log`)."""
 
-    guard = Bool(True, help="undo tampering with the test environment before each test cell").tag(config=True)
+    guard = Bool(True, help="guard the tests (off: plain nbgrader behaviour, for comparison)").tag(config=True)
     partial_credit = Bool(False, help="let an execute_result of a test cell give nbgrader partial credit"
                           ).tag(config=True)
     guard_timeout = Float(60.0, help="seconds the guard may take around one cell").tag(config=True)
@@ -99,7 +99,8 @@ class TestGuard(HasTraits):
 
     # -- kernel start ----------------------------------------------------------------------
     async def async_start_new_kernel(self, **kwargs):
-        kwargs["env"] = kernel_env(kwargs.get("env"))
+        if self.guard:
+            kwargs["env"] = kernel_env(kwargs.get("env"))
         self._guard_reset()  # a new notebook (a restart after a crash keeps what it knew)
         return await super().async_start_new_kernel(**kwargs)
 
@@ -138,7 +139,7 @@ class TestGuard(HasTraits):
             self._guard_given += [n for n in names if n not in self._guard_given]
             if names:
                 run_sync(self._guard_call)(f"record({names!r})")
-        if role == "test" and not self.partial_credit:
+        if self.guard and role == "test" and not self.partial_credit:
             for output in cell.outputs:
                 if output.output_type == "execute_result":
                     output.output_type = "display_data"
