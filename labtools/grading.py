@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import csv
 import logging
+import re
 import shutil
+import socket
+import time
 import warnings
 import zipfile
 from dataclasses import dataclass, field
@@ -24,6 +27,17 @@ from . import collect
 from .labs import REPO_ROOT, get_lab
 
 SCRATCH = ".grading"  # inside the course directory, ignored by git
+
+
+def _machine() -> str:
+    """This machine's name. Each machine stages its input and regenerates the release
+    in folders of its own, so that graders on several machines can share one course
+    directory (on a network file system) without clearing each other's files."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()).strip("._") or "localhost"
+
+
+def _release_dir() -> str:
+    return f"{SCRATCH}/{_machine()}/release"
 
 
 class GradingError(RuntimeError):
@@ -73,7 +87,7 @@ def _nbgrader_config(course: Path, db_url: str | None, hide_hidden_tests: bool =
         config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
     config.CourseDirectory.root = str(course)
     # The build owns release/; grading regenerates the assignment into scratch space.
-    config.CourseDirectory.release_directory = f"{SCRATCH}/release"
+    config.CourseDirectory.release_directory = _release_dir()
     if hide_hidden_tests:
         from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
         from nbgrader.preprocessors import GetGrades
@@ -144,17 +158,29 @@ def grade(lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT, db_url: 
     coursedir = CourseDirectory(config=config)
     api = NbGraderAPI(coursedir=coursedir, config=config)
 
-    log(f"[1/5] {lab_id}: recording the assignment in the gradebook ({config.CourseDirectory.db_url})")
-    result = api.generate_assignment(lab_id, force=True, create=True)
+    from sqlalchemy.engine import make_url
+
+    shown = make_url(str(config.CourseDirectory.db_url)).render_as_string(hide_password=True)
+    log(f"[1/5] {lab_id}: recording the assignment in the gradebook ({shown})")
+    for attempt in range(4):
+        result = api.generate_assignment(lab_id, force=True, create=True)
+        text = f"{result.get('log', '')}{result.get('error', '')}"
+        if result["success"] or not any(w in text for w in ("IntegrityError", "UniqueViolation", "duplicate key")):
+            break
+        # Another machine is creating the same gradebook tables or lab in a shared
+        # database right now: its insert won, and the next try finds what it made.
+        time.sleep(1 + 2 * attempt)
     if not result["success"]:
-        raise GradingError(f"nbgrader generate_assignment failed:\n{result.get('log', '')}{result.get('error', '')}")
+        raise GradingError(f"nbgrader generate_assignment failed:\n{text}")
 
     log(f"[2/5] collecting submissions from {submissions}")
-    downloaded = course / "downloaded" / lab_id
+    downloaded = course / "downloaded" / lab_id / _machine()
     wrappers = _stage_input(submissions, downloaded / "archive")
     with temp_attrs(coursedir, assignment_id=lab_id):
         app = ZipCollectApp(coursedir=coursedir, parent=api, config=config)
         app.log.setLevel(logging.ERROR)
+        app.archive_directory = f"{_machine()}/archive"  # i.e. downloaded / "archive"
+        app.extracted_directory = f"{_machine()}/extracted"
         app.collector_plugin = collect.LabCollector
         app.force = True  # replace a student's earlier collected file by the new one
         app.strict = False
@@ -163,7 +189,7 @@ def grade(lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT, db_url: 
         extracted = downloaded / "extracted"
         from . import nbcells
 
-        released = nbcells.read(course / SCRATCH / "release" / lab_id / lab.notebook_name)
+        released = nbcells.read(course / _release_dir() / lab_id / lab.notebook_name)
         decision = collect.scan(extracted, lab_id, wrappers, student_pattern, release_nb=released)
         app.collector_plugin_inst.decision = decision
         app.collector_plugin_inst.lab_id = lab_id
@@ -240,7 +266,7 @@ def _autograde_process(course: Path, lab_id: str, student: str, db_url: str) -> 
         db_url += ("&" if "?" in db_url else "?") + "timeout=120"
     proc = subprocess.run(
         [sys.executable, "-m", "nbgrader", "autograde", lab_id, "--student", student, "--force",
-         f"--CourseDirectory.db_url={db_url}", f"--CourseDirectory.release_directory={SCRATCH}/release",
+         f"--CourseDirectory.db_url={db_url}", f"--CourseDirectory.release_directory={_release_dir()}",
          "--log-level=ERROR"],
         cwd=course, capture_output=True, text=True,
     )
