@@ -274,16 +274,22 @@ def _autograde_process(course: Path, lab_id: str, student: str, db_url: str) -> 
 
 
 def _incidents(autograded: Path) -> str:
-    """What went wrong while the notebook ran, in words: timeouts, dead kernels."""
+    """What went wrong while the notebook ran, in words: tampering, timeouts, dead kernels."""
     import nbformat
 
     if not autograded.exists():
         return ""
-    names = [o.get("ename") for c in nbformat.read(str(autograded), as_version=4).cells
-             if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    parts = []
+    from .guard import NOTICE
+
+    cells = [c for c in nbformat.read(str(autograded), as_version=4).cells if c.cell_type == "code"]
+    names = [o.get("ename") for c in cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    tampered = sum(any(o.get("output_type") == "stream" and str(o.get("text", "")).startswith(NOTICE)
+                       for o in c.get("outputs", [])) for c in cells)
+    parts = [f"the test environment was tampered with before {tampered} test cell{'s' if tampered > 1 else ''} "
+             "(undone; see the notebook)"] if tampered else []
     for ename, words in (("CellTimeoutError", "timed out"), ("KernelDied", "killed the kernel"),
-                         ("MemoryError", "ran out of memory")):
+                         ("MemoryError", "ran out of memory"),
+                         ("GuardUnavailable", "not scored: the notebook broke the grader's test guard")):
         count = names.count(ename)
         if count:
             parts.append(f"{count} cell{'s' if count > 1 else ''} {words}")

@@ -34,6 +34,8 @@ from . import kernel_guard, nbcells
 
 KERNEL_SOURCE = Path(kernel_guard.__file__).read_text()
 NOTICE = "Grader: before this test it undid changes that the notebook made to the test environment: "
+GUARD_UNAVAILABLE = ("the grader could not check the test environment before this test (the notebook removed "
+                     "or broke its guard), so the test is not scored")
 
 
 def cell_role(cell) -> str:
@@ -123,12 +125,13 @@ class TestGuard(HasTraits):
     start_new_kernel_client = run_sync(async_start_new_kernel_client)
 
     # -- around each cell ------------------------------------------------------------------
-    def guard_before(self, cell, role: str) -> list[str]:
+    def guard_before(self, cell, role: str) -> list[str] | None:
+        """What the guard undid before a test cell; None if it could not run (fail closed)."""
         if not self.guard or role != "test":
             return []
         return run_sync(self._guard_call)(f"before_test({self._guard_student!r})")
 
-    def guard_after(self, cell, role: str, index: int, undone: list[str]) -> None:
+    def guard_after(self, cell, role: str, index: int, undone: list[str] | None) -> None:
         if self.guard and role == "test":
             run_sync(self._guard_call)("after_test()")
         if role == "solution":
@@ -144,20 +147,23 @@ class TestGuard(HasTraits):
                 if output.output_type == "execute_result":
                     output.output_type = "display_data"
                     output.pop("execution_count", None)
-        if undone:
+        if undone is None:  # the guard was removed or broken by the notebook: no score
+            cell.outputs.append(nbformat.v4.new_output(
+                "error", ename="GuardUnavailable", evalue=GUARD_UNAVAILABLE, traceback=[f"GuardUnavailable: {GUARD_UNAVAILABLE}"]))
+        elif undone:
             cell.outputs.insert(0, nbformat.v4.new_output("stream", name="stdout", text=NOTICE + "; ".join(undone) + ".\n"))
             self._guard_log.append({"cell": nbcells.grade_id(cell) or index, "undone": undone})
             self.nb.metadata.setdefault("labtools", {})["guard"] = self._guard_log
 
     # -- talking to the kernel -------------------------------------------------------------
-    async def _guard_call(self, call: str) -> list[str]:
+    async def _guard_call(self, call: str) -> list[str] | None:
         name = self._guard_module
         text = await self._guard_run(
             f"(lambda m: m.report(m.guard.{call}))(__import__('sys').modules[{name!r}])")
         for line in text.splitlines():
             if line.startswith(kernel_guard.REPORT_PREFIX):
                 return json.loads(line[len(kernel_guard.REPORT_PREFIX):]) or []
-        return []
+        return None
 
     async def _guard_run(self, code: str) -> str:
         """Run code in the kernel, outside the notebook (no history, no cell); its stdout."""

@@ -164,6 +164,7 @@ class Guard:
         self.custom_exc = (shell.custom_exceptions, shell.CustomTB)
         self.events = {event: list(callbacks) for event, callbacks in shell.events.callbacks.items()}
         self.sys_hooks = {"displayhook": sys.displayhook, "breakpointhook": sys.breakpointhook,
+                          "stdout": sys.stdout, "stderr": sys.stderr,
                           "trace": sys.gettrace(), "profile": sys.getprofile()}
         self.user_builtins = shell.user_ns.get("__builtins__")
         self.system_names = set(shell.user_ns)
@@ -245,7 +246,7 @@ class Guard:
 
     def _restore_sys_hooks(self):
         undone = []
-        for name in ("displayhook", "breakpointhook"):
+        for name in ("displayhook", "breakpointhook", "stdout", "stderr"):
             if getattr(sys, name) is not self.sys_hooks[name]:
                 setattr(sys, name, self.sys_hooks[name])
                 undone.append(f"sys.{name} was replaced")
