@@ -35,3 +35,8 @@ c.Autograde.autograde_preprocessors = [
     SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
 ]
 c.LimitedKernelManager.memory_mb = 6144
+# Grading kernels run in a bubblewrap sandbox (no network, no view of the course
+# directory, writes only to a scratch directory): "auto" uses it where bubblewrap is
+# installed and works and warns loudly where not; "require" refuses to grade without
+# it; "none" turns it off. See "The grading sandbox" in README.md.
+c.LimitedKernelManager.sandbox = "auto"

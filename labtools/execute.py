@@ -1,7 +1,8 @@
 """nbgrader's Execute preprocessor, hardened for a class of hundreds.
 
 - Each kernel starts under `labtools.sandbox` limits (memory, file size), so a
-  memory bomb raises MemoryError in its own cell.
+  memory bomb raises MemoryError in its own cell, and, where bubblewrap works, in its
+  sandbox: no network, no view of the hidden tests or the course directory.
 - A kernel that dies (`os._exit`, a segfault, the OOM killer) no longer aborts the
   student's whole autograde: the cell gets a `KernelDied` error, a fresh kernel
   replays the cells that ran before it (outputs discarded), and the notebook goes on,
@@ -14,7 +15,6 @@ from __future__ import annotations
 import copy
 import os
 import shutil
-import sys
 
 import nbformat
 from jupyter_client.manager import AsyncKernelManager
@@ -71,14 +71,11 @@ class LimitedKernelManager(AsyncKernelManager):
 
     def format_kernel_cmd(self, extra_arguments=None):
         cmd = super().format_kernel_cmd(extra_arguments)
-        limits = [sys.executable, "-m", "labtools.sandbox", f"--memory-mb={self.memory_mb}",
-                  f"--file-mb={self.file_mb}"]
-        if not self._bwrap:
-            return [*limits, "--", *cmd]
-        boxed = sandbox.bwrap_command(
-            self._bwrap, cmd, work_dir=os.path.join(self._box, "work"),
-            connection_file=self.connection_file, hidden=[p for p in [self._notebook_dir] if p])
-        return [*limits, "--ignore-sigint", "--", *boxed]
+        if self._bwrap:
+            cmd = sandbox.bwrap_command(
+                self._bwrap, cmd, work_dir=os.path.join(self._box, "work"),
+                connection_file=self.connection_file, hidden=[p for p in [self._notebook_dir] if p])
+        return [*sandbox.launcher_command(self.memory_mb, self.file_mb, ignore_sigint=bool(self._bwrap)), "--", *cmd]
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         await super()._async_cleanup_resources(restart=restart)

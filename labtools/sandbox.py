@@ -1,9 +1,8 @@
 """The grading kernel's cage: resource limits, and a bubblewrap sandbox around it.
 
-`GradingExecute` starts every kernel it autogrades through this module:
-
-    python -m labtools.sandbox --memory-mb N --file-mb M [--ignore-sigint] -- <command>
-
+`GradingExecute` starts every kernel it autogrades through this module's `main`
+(`launcher_command(...) + ["--", *command]`, the command line of
+`python -m labtools.sandbox --memory-mb N --file-mb M [--ignore-sigint] -- <command>`): it
 sets the limits (a memory bomb ends in a MemoryError inside its cell instead of
 taking the machine down; limits the OS lacks are skipped) and execs `<command>`. With
 the sandbox on, `<command>` is `bwrap ... -- <kernel command>` from `bwrap_command`:
@@ -83,6 +82,21 @@ def apply_limits(memory_mb: int, file_mb: int) -> None:
                              (getattr(resource, "RLIMIT_FSIZE", None), file_mb)):
         if limit is not None and megabytes > 0:
             resource.setrlimit(limit, (megabytes * 2**20, megabytes * 2**20))
+
+
+# Not `python -m labtools.sandbox`: -m puts the working directory first on sys.path, and
+# the kernel starts in the notebook's directory (or the scratch copy of it), which holds
+# whatever files the student handed in: a `labtools/` folder there would run as the
+# grader, outside the sandbox.
+_LAUNCH = "import sys; sys.path[0] = {root!r}; from labtools.sandbox import main; main(sys.argv[1:])"
+
+
+def launcher_command(memory_mb: int, file_mb: int, ignore_sigint: bool = False) -> list[str]:
+    """The command that applies the limits and then execs the command given after it
+    (after `--`), with this labtools whatever the working directory holds."""
+    root = str(Path(__file__).resolve().parent.parent)
+    return [sys.executable, "-c", _LAUNCH.format(root=root), f"--memory-mb={memory_mb}",
+            f"--file-mb={file_mb}", *(["--ignore-sigint"] if ignore_sigint else [])]
 
 
 def main(argv: list[str]) -> None:
@@ -172,7 +186,7 @@ def resolve_sandbox(mode: str) -> str | None:
     if problem is None:
         return bwrap
     if required:
-        why = "LimitedKernelManager.sandbox = 'require'" if mode != "auto" else f"{REQUIRE_ENV}=1"
+        why = f"LimitedKernelManager.sandbox = {mode!r}" if mode != "auto" else f"{REQUIRE_ENV}=1"
         raise SandboxUnavailable(f"{problem}, and {why} requires the grading sandbox: {INSTALL_HINT}")
     warn_unsandboxed(problem)
     return None
