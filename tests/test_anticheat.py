@@ -76,16 +76,21 @@ def _grade_class(tmp: Path, files: dict[str, str], guard: bool):
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """(guarded scores, plain-nbgrader scores, honest-twin scores, guarded report, course)."""
-    attacks, twins = {}, {}
+    attacks, twins, twin_of, by_code = {}, {}, {}, {}
     for name in _attacks():
         text = (ATTACKS / f"{name}.py").read_text()
         attacks[name] = _submission(_cells(text))
-        twins[f"honest-{name}"] = _submission(_cells(CHEAT.sub("", text)))
+        honest = {gid: body.strip() + "\n" for gid, body in _cells(CHEAT.sub("", text)).items()}
+        # attacks on the same honest code share one twin
+        twin_of[name] = by_code.setdefault(repr(sorted(honest.items())), f"honest-{name}")
+        twins[twin_of[name]] = _submission(honest)
     reference = nbformat.writes(fill_release(nbcells.read(LAB.release_path()), nbcells.read(LAB.source_path())))
     guarded_course, guarded_report = _grade_class(tmp_path_factory.mktemp("guarded"),
                                                   {**attacks, "reference": reference}, guard=True)
     plain_course, _ = _grade_class(tmp_path_factory.mktemp("plain"), {**attacks, **twins}, guard=False)
     plain = _scores(plain_course)
+    for name, twin in twin_of.items():
+        plain[f"honest-{name}"] = plain[twin]
     return _scores(guarded_course), plain, guarded_report, guarded_course
 
 
@@ -178,3 +183,10 @@ def test_kernel_env_hides_that_it_is_grading():
     env = kernel_env({"NBGRADER_EXECUTION": "autograde", "PATH": "/bin"})
     assert env == {"PATH": "/bin", "LABS_FAST": "1"}
     assert kernel_env({"PATH": "/bin"}) == {"PATH": "/bin"}
+
+
+def test_a_removed_guard_fails_closed(graded):
+    """With its guard gone, no test cell of the notebook is scored, and the report says why."""
+    guarded, _, report, _ = graded
+    assert sum(guarded["break_the_guard"].values()) == 0
+    assert "broke the grader's test guard" in report["break_the_guard"].status, report["break_the_guard"].status
