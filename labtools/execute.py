@@ -7,6 +7,8 @@
   student's whole autograde: the cell gets a `KernelDied` error, a fresh kernel
   replays the cells that ran before it (outputs discarded), and the notebook goes on,
   so every later test is still scored.
+- Around every test cell the test guard (labtools/guard.py) undoes tampering with
+  the test environment, so tests score what the code honestly earns.
 Timeouts are nbgrader's own (`Execute.timeout`, interrupt then move on).
 """
 
@@ -50,6 +52,7 @@ class LimitedKernelManager(AsyncKernelManager):
     _notebook_dir: str | None = None
 
     async def _async_pre_start_kernel(self, **kw):
+        kw["env"] = sandbox.without_secrets(kw.get("env") or os.environ)
         if self._box is None:
             self._bwrap = sandbox.resolve_sandbox(self.sandbox)
             if self._bwrap:

@@ -155,6 +155,14 @@ def grade(lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT, db_url: 
     report = GradeReport(lab_id)
 
     config = _nbgrader_config(course, db_url, hide_hidden_tests)
+    # Decide about the kernels' sandbox once, here: worker processes' output is not shown,
+    # so a warning or a refusal must come from this process, before any grading.
+    from . import sandbox
+
+    try:
+        sandbox.resolve_sandbox(str(config.LimitedKernelManager.get("sandbox", "auto")))
+    except (sandbox.SandboxUnavailable, ValueError) as exc:
+        raise GradingError(str(exc)) from exc
     coursedir = CourseDirectory(config=config)
     api = NbGraderAPI(coursedir=coursedir, config=config)
 

@@ -163,6 +163,23 @@ def probe(bwrap: str) -> str | None:
     return None
 
 
+# Environment variables that look like credentials: the grader's shell may hold them (a
+# gradebook password, cloud keys) and a kernel must not see them, sandboxed or not.
+SECRET_WORDS = {"PASSWORD", "PASSWD", "PASS", "SECRET", "TOKEN", "CREDENTIAL", "CREDENTIALS", "KEY", "APIKEY",
+                "PRIVATE", "AUTH", "SESSION", "COOKIE"}
+SECRET_NAMES = {"DATABASE_URL", "SSH_AUTH_SOCK", "GOOGLE_APPLICATION_CREDENTIALS"}
+SECRET_PREFIXES = ("PG", "AWS_", "AZURE_", "GCP_", "MYSQL_")
+
+
+def without_secrets(env: dict) -> dict:
+    """A copy of `env` without the variables that look like credentials."""
+    def secret(name: str) -> bool:
+        upper = name.upper()
+        return (upper in SECRET_NAMES or upper.startswith(SECRET_PREFIXES)
+                or any(word in SECRET_WORDS for word in upper.split("_")))
+    return {name: value for name, value in env.items() if not secret(name)}
+
+
 def resolve_sandbox(mode: str) -> str | None:
     """The bwrap executable to sandbox kernels with, or None to run them unsandboxed.
 

@@ -53,8 +53,9 @@ DENIED = (  # attempts that must fail, by name
     "read-source", "read-source-relative", "read-autograded", "read-autograded-relative",
     "read-gradebook", "read-gradebook-relative", "read-config", "read-other-submission",
     "list-course", "write-course", "write-own-notebook-dir", "read-grader-environ",
-    "tcp-localhost", "dns", "tcp-outward",
+    "tcp-localhost", "dns", "tcp-outward", "read-secret-env", "read-grading-flag",
 )
+SECRET_VARIABLE = "LABS_TEST_GRADEBOOK_PASSWORD"  # in the grader's environment during the attack
 
 ATTACK = '''\
 import os as _os, socket as _socket
@@ -98,6 +99,8 @@ _attack("read-grader-environ", lambda: _read("/proc/{grader_pid}/environ"))
 _attack("tcp-localhost", lambda: _socket.create_connection(("127.0.0.1", {port}), timeout=5))
 _attack("dns", lambda: _socket.getaddrinfo("pypi.org", 443))
 _attack("tcp-outward", lambda: _socket.create_connection(("1.1.1.1", 53), timeout=5))
+_attack("read-secret-env", lambda: _os.environ["{secret}"])
+_attack("read-grading-flag", lambda: _os.environ["NBGRADER_EXECUTION"])
 print("ATTACK cwd:", _os.getcwd())
 del _attack, _read, _write, _course, _me
 '''
@@ -107,7 +110,7 @@ def _attack_notebook(course, student, port, host_tmp, crash_first=False):
     source, release = nbcells.read(LAB.source_path()), nbcells.read(LAB.release_path())
     nb = fill_release(release, source)  # reference answers: the honest score is full marks
     code = ATTACK.format(course=str(course), student=student, lab=LAB.lab_id, host_tmp=host_tmp,
-                         grader_pid=os.getpid(), port=port)
+                         grader_pid=os.getpid(), port=port, secret=SECRET_VARIABLE)
     first = next(c for c in nb.cells if nbcells.is_solution(c) and c.cell_type == "code")
     first.source = code + "\n" + first.source
     if crash_first:  # the attack then runs in the kernel that replaced a dead one
@@ -161,11 +164,13 @@ def attacked(tmp_path_factory):
                                                            crash_first=True),
         f"untouched/{LAB.notebook_name}": nbformat.writes(release),
     }
+    os.environ[SECRET_VARIABLE] = "hunter2"
     try:
         report = grade(LAB.lab_id, write_zip(course.parent / "class.zip", files), course_dir=course,
                        hide_progress=True, log=lambda *a: None)
     finally:
         listener.close()
+        del os.environ[SECRET_VARIABLE]
     return course, report, listener, host_tmp
 
 
@@ -337,3 +342,28 @@ def test_none_is_silent_and_runs_the_kernel_unsandboxed(tmp_path, monkeypatch, c
 def test_a_bad_setting_is_named():
     with pytest.raises(ValueError, match="sandbox must be one of"):
         sandbox.resolve_sandbox("docker")
+
+
+def test_grade_refuses_once_before_grading_when_the_sandbox_is_required(no_bwrap, monkeypatch, tmp_path):
+    """With workers, each kernel starts in a subprocess whose output nobody sees: the grade
+    command itself must stop before grading, with the reason."""
+    from labtools.grading import GradingError, grade
+
+    from conftest import make_course, write_zip
+
+    lab = get_lab("lab01_attention")
+    course = make_course(tmp_path / "course", [lab])
+    monkeypatch.setenv(sandbox.REQUIRE_ENV, "1")
+    archive = write_zip(tmp_path / "class.zip", {f"s1/{lab.notebook_name}": lab.release_path().read_text()})
+    with pytest.raises(GradingError, match="bubblewrap"):
+        grade(lab.lab_id, archive, course_dir=course, hide_progress=True, workers=2, log=lambda *a: None)
+    assert not (course / "submitted").exists(), "nothing may be graded without the required sandbox"
+
+
+def test_kernels_get_no_credentials_from_the_grader():
+    env = {"PGPASSWORD": "x", "PGHOST": "db", "OPENAI_API_KEY": "k", "HF_TOKEN": "t", "DATABASE_URL": "u",
+           "AWS_SECRET_ACCESS_KEY": "a", "GITHUB_TOKEN": "g", "MY_SERVICE_PASSWORD": "p",
+           "PATH": "/bin", "LABS_FAST": "1", "TOKENIZERS_PARALLELISM": "false", "MKL_NUM_THREADS": "1",
+           "KEYBOARD": "us", "LANG": "C.UTF-8"}
+    assert sandbox.without_secrets(env) == {"PATH": "/bin", "LABS_FAST": "1", "TOKENIZERS_PARALLELISM": "false",
+                                            "MKL_NUM_THREADS": "1", "KEYBOARD": "us", "LANG": "C.UTF-8"}
