@@ -152,7 +152,7 @@ def probe(bwrap: str) -> str | None:
     Fails, for example, in containers without user namespaces, or on Ubuntu 24.04
     where AppArmor keeps unprivileged programs from creating them."""
     cmd = [*_namespaces(bwrap), "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
-           "--tmpfs", "/tmp", "--", sys.executable, "-c", "pass"]
+           "--", sys.executable, "-c", "pass"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -282,6 +282,12 @@ def bwrap_command(bwrap: str, kernel_cmd: list[str], *, work_dir: str, connectio
     binds += python_paths(kernel_cmd[0])
     if os.path.isabs(kernel_cmd[0]) and not any(_within(kernel_cmd[0], p) for p in [*binds, *SYSTEM_PATHS]):
         binds.append(kernel_cmd[0])  # a kernel executable outside any installation we know
+    args += ["--proc", "/proc", "--dev", "/dev", *tmpfs("/dev/shm"), "--ro-bind-try", "/sys", "/sys"]
+    for pattern in GPU_DEVICES:
+        for device in sorted(glob.glob(pattern)):
+            args += ["--dev-bind", device, device]
+    args += [*tmpfs("/tmp"), *tmpfs(SANDBOX_HOME)]
+    # After the tmpfs mounts: a Python installed under /tmp (a fresh CI clone) stays visible.
     for path in binds:
         for secret in hidden:
             if _within(secret, path):
@@ -289,11 +295,7 @@ def bwrap_command(bwrap: str, kernel_cmd: list[str], *, work_dir: str, connectio
                     f"the Python installation at {path} contains {secret}, which the sandbox must hide "
                     f"from student code: use a Python (virtual environment) outside the course directory")
         args += ["--ro-bind", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev", *tmpfs("/dev/shm"), "--ro-bind-try", "/sys", "/sys"]
-    for pattern in GPU_DEVICES:
-        for device in sorted(glob.glob(pattern)):
-            args += ["--dev-bind", device, device]
-    args += [*tmpfs("/tmp"), *tmpfs(SANDBOX_HOME), "--bind", work_dir, SANDBOX_WORK,
+    args += ["--bind", work_dir, SANDBOX_WORK,
              "--bind", connection_dir, connection_dir, "--ro-bind-try", connection_file, connection_file,
              "--chdir", SANDBOX_WORK]
     # Everything else of the new root is read-only.

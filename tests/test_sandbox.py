@@ -241,6 +241,17 @@ def test_the_command_binds_no_secret_and_hides_the_notebook(tmp_path):
     assert "/tmp" in [options[i + 1] for i, a in enumerate(options) if a == "--tmpfs"]
 
 
+def test_a_python_under_tmp_stays_visible(tmp_path, monkeypatch):
+    """A fresh clone in /tmp has its .venv there: it must be bound after /tmp's tmpfs."""
+    venv = "/tmp/some-clone/.venv"
+    monkeypatch.setattr(sandbox, "python_paths", lambda exe: [venv])
+    cmd = sandbox.bwrap_command("bwrap", [f"{venv}/bin/python", "-m", "ipykernel_launcher"],
+                                work_dir=str(tmp_path / "work"), connection_file=str(tmp_path / "conn" / "k.json"))
+    tmpfs_tmp = next(i for i, a in enumerate(cmd) if a == "--tmpfs" and cmd[i + 1] == "/tmp")
+    bind_venv = next(i for i, a in enumerate(cmd) if a == "--ro-bind" and cmd[i + 1] == venv)
+    assert bind_venv > tmpfs_tmp
+
+
 def test_a_python_inside_the_course_directory_is_refused(tmp_path, monkeypatch):
     course = tmp_path / "course"
     notebook_dir = course / "autograded" / "alice" / LAB.lab_id
