@@ -101,6 +101,9 @@ def test_attack_scores_no_more_than_its_honest_twin(graded, attack):
     assert set(guarded[attack]) == set(honest)
     gained = {cell: (honest[cell], score) for cell, score in guarded[attack].items() if score > honest[cell]}
     assert not gained, f"{attack} scored more than honestly earned (cell: (honest, got)): {gained}"
+    if attack != "break_the_guard":  # the only one that fails closed, at the cost of honest marks
+        lost = {cell: (honest[cell], score) for cell, score in guarded[attack].items() if score < honest[cell]}
+        assert not lost, f"the guard took honest marks from {attack} (cell: (honest, got)): {lost}"
     assert report[attack].status.startswith("graded"), report[attack].status
 
 
@@ -183,6 +186,13 @@ def test_kernel_env_hides_that_it_is_grading():
     env = kernel_env({"NBGRADER_EXECUTION": "autograde", "PATH": "/bin"})
     assert env == {"PATH": "/bin", "LABS_FAST": "1"}
     assert kernel_env({"PATH": "/bin"}) == {"PATH": "/bin"}
+
+
+def test_an_attack_on_a_partial_answer_keeps_exactly_its_honest_marks(graded):
+    guarded, plain, _, _ = graded
+    honest = sum(plain["honest-patch_on_partial_answer"].values())
+    assert honest > 0, "the fixture's honest part must earn something"
+    assert sum(guarded["patch_on_partial_answer"].values()) == honest < sum(plain["patch_on_partial_answer"].values())
 
 
 def test_a_removed_guard_fails_closed(graded):

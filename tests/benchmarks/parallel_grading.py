@@ -1,0 +1,97 @@
+"""Submissions per minute: sequential autograding against `grade --workers N`.
+
+    .venv/bin/python tests/benchmarks/parallel_grading.py [--submissions 40] [--workers 2]
+
+Both runs grade the same class of lab01 submissions (reference answers, the untouched
+release and a few common mistakes, in turn) into fresh course directories. The
+sequential run is nbgrader's own `nbgrader autograde <lab> --force` over the whole
+class (one process, one student after another, with the course's nbgrader_config.py:
+sandbox and test guard included); the parallel one is `labtools grade --workers N`,
+which also collects the zip and writes feedback, so its figure is the whole job.
+Not a test: run it by hand on a quiet machine and quote both figures and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+TESTS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS))
+
+from conftest import make_course, write_zip  # noqa: E402
+
+from labtools import nbcells  # noqa: E402
+from labtools.grading import grade  # noqa: E402
+from labtools.labs import get_lab  # noqa: E402
+from labtools.submissions import fill_release  # noqa: E402
+
+LAB = get_lab("lab01_attention")
+
+
+def _class(n: int) -> dict[str, str]:
+    source, release = nbcells.read(LAB.source_path()), nbcells.read(LAB.release_path())
+    wrong = (TESTS / "fixtures" / LAB.lab_id / "softmax" / "wrong_global_max.py").read_text()
+    kinds = [fill_release(release, source), release, fill_release(release, source, {"softmax": wrong})]
+    return {f"s{i:03d}/{LAB.notebook_name}": nbformat.writes(kinds[i % len(kinds)]) for i in range(n)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--submissions", type=int, default=40)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    files = _class(args.submissions)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        # Sequential: collect once (not timed), then nbgrader autograde over everyone.
+        seq = make_course(tmp / "sequential", [LAB])
+        grade(LAB.lab_id, write_zip(tmp / "one.zip", dict(list(files.items())[:1])), course_dir=seq,
+              hide_progress=True, log=lambda *a: None)
+        for name, text in files.items():
+            student = name.split("/")[0]
+            folder = seq / "submitted" / student / LAB.lab_id
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / LAB.notebook_name).write_text(text)
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "nbgrader", "autograde", LAB.lab_id, "--force", "--create",
+                        "--log-level=ERROR", f"--CourseDirectory.release_directory={_release_of(seq)}"],
+                       cwd=seq, check=True, capture_output=True)
+        sequential = time.perf_counter() - start
+        from nbgrader.api import Gradebook
+
+        with Gradebook(f"sqlite:///{seq / 'gradebook.db'}") as gb:
+            sequential_graded = sum(s.score is not None for s in gb.find_assignment(LAB.lab_id).submissions)
+
+        par = make_course(tmp / "parallel", [LAB])
+        stages: list[tuple[float, str]] = []
+        start = time.perf_counter()
+        report = grade(LAB.lab_id, write_zip(tmp / "class.zip", files), course_dir=par, hide_progress=True,
+                       workers=args.workers, log=lambda msg: stages.append((time.perf_counter(), str(msg))))
+        parallel = time.perf_counter() - start
+        graded = sum(r.status.startswith("graded") for r in report.results)
+    n = args.submissions
+    print(f"{n} lab01 submissions (graded: {sequential_graded} sequentially, {graded} in parallel)")
+    print(f"sequential nbgrader autograde: {sequential:7.1f} s  {60 * n / sequential:5.1f} submissions/min")
+    print(f"grade --workers {args.workers}:          {parallel:7.1f} s  {60 * n / parallel:5.1f} submissions/min")
+    print(f"ratio: {sequential / parallel:.2f}x")
+    print("the parallel run's stages:")
+    ends = [t for t, _ in stages[1:]] + [start + parallel]
+    for (t, msg), end in zip(stages, ends):
+        print(f"  {end - t:6.1f} s  {msg.splitlines()[0][:70]}")
+
+
+def _release_of(course: Path) -> str:
+    """The release folder the grade command generated (one per machine)."""
+    found = sorted(course.glob(f".grading/*/release/{LAB.lab_id}"))
+    return str(found[0].parent.relative_to(course)) if found else "release"
+
+
+if __name__ == "__main__":
+    main()
