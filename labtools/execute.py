@@ -103,7 +103,7 @@ class GradingExecute(TestGuard, Execute):
         undone = self.guard_before(cell, role)
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
-            self.guard_after(cell, role, index, undone)
+            self.guard_after(cell, role, undone)
         except DeadKernelError:
             self._deaths += 1
             if self._deaths > self.max_kernel_deaths:

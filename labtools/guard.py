@@ -11,8 +11,8 @@ every notebook that nbgrader autogrades it:
   check the student's results on their way out during the test;
 - turns `execute_result` outputs of test cells into plain displays, so a value that
   student code puts out during a test is never read as nbgrader partial credit;
-- writes what it undid into the test cell (stdout) and into the notebook's metadata
-  (`labtools.guard`), which the grade report reads.
+- writes what it undid at the top of the test cell (stdout), where the grade report
+  (`grading._incidents`) and the student's feedback find it.
 
 The kernel-side code runs in the same process as the student's, so this raises the
 bar for the usual tricks; it is not a wall against someone who studies it.
@@ -97,7 +97,6 @@ class TestGuard(HasTraits):
         self._guard_module = f"_labtools_guard_{secrets.token_hex(8)}"
         self._guard_given: list[str] = []
         self._guard_student: list[str] = []
-        self._guard_log: list[dict] = []
 
     # -- kernel start ----------------------------------------------------------------------
     async def async_start_new_kernel(self, **kwargs):
@@ -131,7 +130,7 @@ class TestGuard(HasTraits):
             return []
         return run_sync(self._guard_call)(f"before_test({self._guard_student!r})")
 
-    def guard_after(self, cell, role: str, index: int, undone: list[str] | None) -> None:
+    def guard_after(self, cell, role: str, undone: list[str] | None) -> None:
         if self.guard and role == "test":
             run_sync(self._guard_call)("after_test()")
         if role == "solution":
@@ -152,8 +151,6 @@ class TestGuard(HasTraits):
                 "error", ename="GuardUnavailable", evalue=GUARD_UNAVAILABLE, traceback=[f"GuardUnavailable: {GUARD_UNAVAILABLE}"]))
         elif undone:
             cell.outputs.insert(0, nbformat.v4.new_output("stream", name="stdout", text=NOTICE + "; ".join(undone) + ".\n"))
-            self._guard_log.append({"cell": nbcells.grade_id(cell) or index, "undone": undone})
-            self.nb.metadata.setdefault("labtools", {})["guard"] = self._guard_log
 
     # -- talking to the kernel -------------------------------------------------------------
     async def _guard_call(self, call: str) -> list[str] | None:

@@ -304,9 +304,8 @@ class Guard:
         for name in names:
             function = user_ns.get(name)
             if isinstance(function, types.FunctionType) and name not in self.given:
-                user_ns[name] = self.wrapped[name] = _checked(function)
-        # remember the originals, not the wrappers
-        self.wrapped = {name: wrapper.__labtools_guarded__ for name, wrapper in self.wrapped.items()}
+                self.wrapped[name] = function  # the original, put back by after_test
+                user_ns[name] = _checked(function)
 
 
 def _library_dirs():
