@@ -29,11 +29,19 @@ from nbgrader.preprocessors import (  # noqa: E402
 )
 
 from labtools.execute import GradingExecute  # noqa: E402
+from labtools.sanitize import NeutralizeStudentContent, SafeFeedbackExporter  # noqa: E402
 
 c.Autograde.autograde_preprocessors = [
-    GradingExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+    GradingExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, NeutralizeStudentContent,
     SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
 ]
+# Nothing a student wrote runs in a browser (labtools/sanitize.py): the autograded
+# notebook keeps only inert outputs (NeutralizeStudentContent above), formgrader and
+# feedback sanitize HTML, and feedback files carry a Content Security Policy with no
+# script allowed.
+c.HTMLExporter.sanitize_html = True
+c.HTMLExporter.filters = {"clean_html": "labtools.sanitize.clean_html"}
+c.GenerateFeedback.exporter_class = SafeFeedbackExporter
 c.LimitedKernelManager.memory_mb = 6144
 # Grading kernels run in a bubblewrap sandbox (no network, no view of the course
 # directory, writes only to a scratch directory): "auto" uses it where bubblewrap is

@@ -88,6 +88,17 @@ def _nbgrader_config(course: Path, db_url: str | None, hide_hidden_tests: bool =
     config.CourseDirectory.root = str(course)
     # The build owns release/; grading regenerates the assignment into scratch space.
     config.CourseDirectory.release_directory = _release_dir()
+    # Whatever the course's nbgrader_config.py says, student content is shown inert.
+    from .sanitize import NeutralizeStudentContent, SafeFeedbackExporter
+
+    config.GenerateFeedback.exporter_class = SafeFeedbackExporter
+    config.HTMLExporter.sanitize_html = True
+    config.HTMLExporter.filters = {"clean_html": "labtools.sanitize.clean_html"}
+    steps = list(config.Autograde.get("autograde_preprocessors") or [])
+    if steps and NeutralizeStudentContent not in steps:
+        saving = next((i for i, s in enumerate(steps) if getattr(s, "__name__", "") == "SaveAutoGrades"), len(steps))
+        steps.insert(saving, NeutralizeStudentContent)
+        config.Autograde.autograde_preprocessors = steps
     if hide_hidden_tests:
         from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
         from nbgrader.preprocessors import GetGrades
