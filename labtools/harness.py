@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import nbcells
+from . import judge, nbcells, wire
 
 
 @dataclass
@@ -70,8 +70,9 @@ def _prefix(notebook: Path, nb, exercise: str, start: int) -> dict:
     key = (str(notebook), notebook.stat().st_mtime_ns, exercise)
     if key not in _PREFIX_CACHE:
         namespace: dict = {"__name__": "__main__", "display": print}
+        judged = judge.uses_judge(nb)
         for index, cell in enumerate(nb.cells[:start]):
-            if cell.cell_type == "code":
+            if cell.cell_type == "code" and not (judged and nbcells.is_autograded_test(cell)):
                 _run_cell(cell.source, namespace, nbcells.grade_id(cell) or f"#{index}")
         _PREFIX_CACHE[key] = (namespace, dict(namespace), _rng_state())
     namespace, contents, state = _PREFIX_CACHE[key]
@@ -79,6 +80,12 @@ def _prefix(notebook: Path, nb, exercise: str, start: int) -> dict:
     namespace.update(contents)
     _set_rng_state(state)
     return namespace
+
+
+def _judged(judged, grade_id: str) -> str:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        verdict = judged.run(grade_id)
+    return "" if verdict.passed else f"{verdict.ename}: {verdict.evalue}"
 
 
 def run_exercise(notebook: Path, exercise: str, answer: str | None = None) -> list[TestResult]:
@@ -101,6 +108,13 @@ def run_exercise(notebook: Path, exercise: str, answer: str | None = None) -> li
     start = next(i for i, c in enumerate(nb.cells) if nbcells.grade_id(c) == exercise)
     os.environ.setdefault("LABS_FAST", "1")
     namespace = _prefix(notebook, nb, exercise, start)
+    # A judged lab's tests run in a namespace of their own and reach the answer only as
+    # data, through the same wire format as grading (labtools/judge.py).
+    judged = None
+    if judge.uses_judge(nb):
+        sources = [answer if (nbcells.grade_id(c) == exercise and answer is not None) else nbcells.strip_markers(c.source)
+                   for c in nb.cells if c.cell_type == "code"]
+        judged = judge.Judge(nb, wire.LocalChannel(wire.Agent(namespace)), sources)
     results = []
     for index, cell in enumerate(nb.cells[start:], start):
         if cell.cell_type != "code":
@@ -109,8 +123,12 @@ def run_exercise(notebook: Path, exercise: str, answer: str | None = None) -> li
         source = cell.source
         if gid == exercise and answer is not None:
             source = answer
-        error = _run_cell(source, namespace, gid)
-        if nbcells.is_autograded_test(cell) and gid.startswith(f"test_{exercise}"):
+        is_test = nbcells.is_autograded_test(cell)
+        if judged is not None and is_test:
+            error = "" if not gid.startswith(f"test_{exercise}") else _judged(judged, gid)
+        else:
+            error = _run_cell(source, namespace, gid)
+        if is_test and gid.startswith(f"test_{exercise}"):
             points = float(nbcells.nbgrader_meta(cell).get("points", 0))
             results.append(TestResult(gid, points, not error, error))
         if gid == last_test:

@@ -210,20 +210,11 @@ class NeutralizeStudentContent(NbGraderPreprocessor):
     """
 
     def preprocess(self, nb, resources):
-        from pathlib import Path
-
-        from nbgrader.coursedir import CourseDirectory
-
         from . import nbcells
+        from .judge import lab_source_path
 
-        trusted: set[str] = set()
-        info = resources.get("nbgrader", {})
-        assignment, notebook = info.get("assignment"), info.get("notebook")
-        if assignment and notebook:
-            root = Path(CourseDirectory(config=self.config).root)
-            source = root / "source" / assignment / f"{notebook}.ipynb"
-            if source.exists():
-                trusted = trusted_markdown(nbcells.read(source))
+        source = lab_source_path(self.config, resources)
+        trusted = trusted_markdown(nbcells.read(source)) if source else set()
         changes = neutralize(nb, trusted)
         if changes:
             self.log.info("made student content safe to show: %s", "; ".join(changes[:20]))

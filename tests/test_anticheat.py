@@ -67,7 +67,7 @@ def _grade_class(tmp: Path, files: dict[str, str], guard: bool):
     course = make_course(tmp / "course", [LAB])
     if not guard:
         with open(course / "nbgrader_config.py", "a") as config:
-            config.write("\nc.GradingExecute.guard = False\n")
+            config.write("\nc.GradingExecute.guard = False\nc.GradingExecute.use_judge = False\n")
     archive = write_zip(tmp / "class.zip", {f"{s}/{LAB.notebook_name}": t for s, t in files.items()})
     report = grade(LAB.lab_id, archive, course_dir=course, hide_progress=True, workers=2, log=lambda *a: None)
     return course, {r.student: r for r in report.results}

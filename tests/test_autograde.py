@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import nbformat
 
-from labtools import nbcells
+from labtools import judge, nbcells
 
 
 def test_untouched_release_scores_zero_and_runs_to_the_end(graded_class):
@@ -17,8 +17,14 @@ def test_untouched_release_scores_zero_and_runs_to_the_end(graded_class):
     assert untouched.cell_scores, "no autograded cell was recorded"
     assert all(points == 0 for points, _ in untouched.cell_scores.values()), untouched.cell_scores
     autograded = nbformat.read(course / "autograded" / "dijkstraedsger" / lab.lab_id / lab.notebook_name, 4)
-    code = [c for c in autograded.cells if c.cell_type == "code"]
+    judged = judge.uses_judge(nbcells.read(lab.source_path()))
+    # a judged lab's test cells never run in the kernel: the judge writes their verdict
+    code = [c for c in autograded.cells if c.cell_type == "code" and not (judged and nbcells.is_autograded_test(c))]
     assert all(c.execution_count is not None for c in code), "nbgrader stopped before the end"
+    if judged:
+        tests = [c for c in autograded.cells if nbcells.is_autograded_test(c)]
+        assert tests and all(any(o.output_type == "error" for o in c.outputs) for c in tests), \
+            "every judged test cell of an untouched release must hold the judge's failure"
 
 
 def test_reference_solutions_get_full_marks(graded_class):

@@ -1,0 +1,242 @@
+"""The judge: every graded verdict, decided outside the student's process.
+
+For a lab whose source notebook says `"labtools": {"judge": true}` in its metadata,
+the grader never sends a test cell to the student's kernel. At each test cell it
+runs that cell's code, taken from the lab's *source* notebook (hidden tests
+included), here, in a namespace of its own: the setup cell and the read-only cells
+tagged `judge` (test helpers), with `student` bound to a `labtools.wire.Student`
+whose calls travel to the kernel as data. The kernel only runs the student's
+functions on the judge's inputs and sends back results as data; the judge computes
+the references, compares, and writes the cell's outputs (what the test printed and,
+if it failed, its message). nbgrader then scores those outputs as usual.
+
+So nothing the student's process prints, replies or patches reaches a verdict
+except the values its functions return, hidden tests never enter it, and a test
+helper cannot be redefined by the submission. `GradingExecute` (execute.py) uses
+`Judge` with a `KernelChannel`; the in-process harness (harness.py) with a
+`LocalChannel` over a namespace, so fixtures exercise the same wire format.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import nbcells, source_rules, wire
+
+JUDGE_TAG = "judge"
+HANDLE_GRADE_ID = "given_student_handle"
+WIRE_SOURCE = Path(wire.__file__).read_text()
+RULES_SOURCE = Path(source_rules.__file__).read_text()
+
+
+def uses_judge(nb) -> bool:
+    return bool((nb.metadata.get("labtools") or {}).get("judge"))
+
+
+def handle_cell_source() -> str:
+    """The read-only cell every judged lab holds: the wire code in a module of its own
+    (`labwire`, so that none of its names can clash with the student's), and `student`."""
+    return ("# @title How the tests call your code (read-only; you do not need to read it)\n"
+            "import types as _types\n\n"
+            "labwire = _types.ModuleType(\"labwire\")\n"
+            f"exec({WIRE_SOURCE + chr(10) + RULES_SOURCE!r}, labwire.__dict__)\n"
+            "student = labwire.Student(labwire.LocalChannel(labwire.Agent(globals())))\n\n\n"
+            "def calls_in_answer(entry, targets):\n"
+            "    \"\"\"Uses of `targets` in the code your `entry` reaches (the cells run so far).\"\"\"\n"
+            "    cells = [c for c in globals().get(\"In\", []) if not c.startswith(\"# @title How the tests\")]\n"
+            "    return labwire.forbidden_calls(cells, entry, targets)\n")
+
+
+def judge_cells(nb) -> list:
+    """Cells the judge runs before the tests: the setup cell and read-only cells tagged `judge`."""
+    cells = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        meta = nbcells.nbgrader_meta(cell)
+        if nbcells.grade_id(cell) == "setup" or (JUDGE_TAG in cell.metadata.get("tags", []) and meta.get("locked")
+                                                  and not meta.get("grade") and not meta.get("solution")):
+            cells.append(cell)
+    return cells
+
+
+@dataclass
+class Verdict:
+    """What the judge decided about one test cell."""
+
+    grade_id: str
+    passed: bool
+    stdout: str = ""
+    ename: str = ""
+    evalue: str = ""
+    details: list[str] = field(default_factory=list)
+
+    def outputs(self) -> list:
+        import nbformat
+
+        outs = []
+        if self.stdout:
+            outs.append(nbformat.v4.new_output("stream", name="stdout", text=self.stdout))
+        if not self.passed:
+            outs.append(nbformat.v4.new_output("error", ename=self.ename, evalue=self.evalue,
+                                               traceback=[f"{self.ename}: {self.evalue}"]))
+        return outs
+
+
+class GraderSetupError(RuntimeError):
+    """A judge cell of the lab itself failed: the lab's bug, not the student's."""
+
+
+class Judge:
+    """Runs the tests of one lab's source notebook against one submission."""
+
+    def __init__(self, source_nb, channel: wire.Channel, submission_sources=()):
+        self.source = source_nb
+        self.channel = channel
+        self._cells = judge_cells(source_nb)
+        self._tests = {nbcells.grade_id(c): c for c in source_nb.cells if nbcells.is_autograded_test(c)}
+        self._order = {id(c): i for i, c in enumerate(source_nb.cells)}
+        self._ran = 0
+        self._setup_error = ""
+        self.namespace = {"__name__": "__judge__", "student": wire.Student(channel), "labwire": wire}
+        sources = [s for s in submission_sources if not s.startswith("# @title How the tests")]
+        self.namespace["calls_in_answer"] = lambda entry, targets: source_rules.forbidden_calls(sources, entry, targets)
+
+    def _catch_up(self, position: int) -> None:
+        """Run the judge cells that come before `position` in the source."""
+        while self._ran < len(self._cells) and self._order[id(self._cells[self._ran])] < position:
+            cell = self._cells[self._ran]
+            self._ran += 1
+            if self._setup_error:
+                continue
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    exec(compile(nbcells.strip_markers(cell.source), f"<judge {nbcells.grade_id(cell)}>", "exec"),
+                         self.namespace)
+            except Exception as exc:  # noqa: BLE001 - reported on every test, never scored
+                self._setup_error = f"{nbcells.grade_id(cell)}: {type(exc).__name__}: {exc}"
+
+    def has_test(self, grade_id: str) -> bool:
+        return grade_id in self._tests
+
+    def run(self, grade_id: str) -> Verdict:
+        cell = self._tests.get(grade_id)
+        if cell is None:
+            return Verdict(grade_id, False, ename="UnknownTest",
+                           evalue=f"{grade_id!r} is not a test of this lab: the cell was not run")
+        self._catch_up(self._order[id(cell)])
+        if self._setup_error:
+            return Verdict(grade_id, False, ename="GraderSetupError",
+                           evalue=f"the grader's own setup failed ({self._setup_error}); tell your instructor")
+        out = io.StringIO()
+        source = nbcells.strip_markers(cell.source)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                exec(compile(source, f"<test {grade_id}>", "exec"), self.namespace)
+        except Exception as exc:  # noqa: BLE001 - a failed test, whatever it raised
+            if type(exc).__name__ == "DeadKernelError":
+                raise  # the grader restarts the kernel and says so in this cell
+            return Verdict(grade_id, False, out.getvalue(), *_describe_failure(exc))
+        return Verdict(grade_id, True, out.getvalue())
+
+
+def _describe_failure(exc: BaseException) -> tuple[str, str]:
+    if isinstance(exc, wire.StudentRaised):
+        return exc.student_type, f"your code raised {exc.student_type}: {exc}"
+    if isinstance(exc, AssertionError):
+        return "AssertionError", str(exc) or "a check failed"
+    if isinstance(exc, wire.WireError):
+        return "WireError", f"the grader could not read what your code returned: {exc}"
+    if isinstance(exc, JudgeTimeout):
+        return "Timeout", str(exc)
+    # an error of the test code itself on data it did not expect: show where, briefly
+    last = traceback.extract_tb(exc.__traceback__)[-1:]
+    where = f" (at {last[0].name}, line {last[0].lineno})" if last else ""
+    return type(exc).__name__, f"{exc}{where}"
+
+
+class JudgeTimeout(TimeoutError):
+    pass
+
+
+class KernelChannel(wire.Channel):
+    """Requests to the Agent in a grading kernel, through nbclient's kernel client.
+
+    `client` is the GradingExecute running the notebook; each request is one silent
+    execution that prints the reply on stdout (base64). A request that outlives the
+    test's deadline interrupts the kernel; a dead kernel raises nbclient's
+    DeadKernelError, which GradingExecute turns into a restart.
+    """
+
+    def __init__(self, client, agent_expression: str):
+        self.client = client
+        self.agent_expression = agent_expression
+        self.deadline = float("inf")
+
+    def transfer(self, message: bytes) -> bytes:
+        from nbclient.util import run_sync
+
+        return run_sync(self._transfer)(message)
+
+    async def _transfer(self, message: bytes) -> bytes:
+        import queue
+
+        from nbclient.exceptions import DeadKernelError
+
+        kc, km = self.client.kc, self.client.km
+        code = f"{self.agent_expression}.serve({base64.b64encode(message).decode()!r})"
+        msg_id = kc.execute(code, silent=False, store_history=False, allow_stdin=False)
+        chunks, size = [], 0
+        while True:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                await km.interrupt_kernel()
+                raise JudgeTimeout("your code took longer than the time limit for this test (an endless loop?)")
+            try:
+                msg = await kc.get_iopub_msg(timeout=min(1.0, remaining))
+            except queue.Empty:
+                if not await km.is_alive():
+                    raise DeadKernelError("the kernel died while the judge was calling your code") from None
+                continue
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream" and content.get("name") == "stdout":
+                chunks.append(content.get("text", ""))
+                size += len(chunks[-1])
+                if size > 2 * wire.MAX_REPLY_BYTES:
+                    raise wire.WireError("your code printed too much while the judge called it")
+            elif kind == "status" and content.get("execution_state") == "idle":
+                break
+        text = "".join(chunks)
+        line = next((l for l in reversed(text.splitlines()) if l.startswith(wire.REPLY_PREFIX)), None)
+        if line is None:
+            raise wire.WireError("no answer from the notebook's kernel (was it restarted or changed?)")
+        try:
+            return base64.b64decode(line[len(wire.REPLY_PREFIX):], validate=True)
+        except ValueError:
+            raise wire.WireError("malformed answer from the notebook's kernel") from None
+
+
+def lab_source_path(config, resources) -> Path | None:
+    """The source notebook of the lab being graded, from nbgrader's resources."""
+    from nbgrader.coursedir import CourseDirectory
+
+    info = resources.get("nbgrader", {}) if resources else {}
+    assignment, notebook = info.get("assignment"), info.get("notebook")
+    if not (assignment and notebook):
+        return None
+    path = Path(CourseDirectory(config=config).root) / "source" / assignment / f"{notebook}.ipynb"
+    return path if path.exists() else None
+
+
+def agent_bootstrap(module_name: str) -> str:
+    """Code that installs the Agent in a kernel under `sys.modules[module_name].agent`."""
+    return (f"(lambda m: (__import__('sys').modules.__setitem__({module_name!r}, m), exec({WIRE_SOURCE!r}, m.__dict__),"
+            f" setattr(m, 'agent', m.Agent(get_ipython().user_ns))))(__import__('types').ModuleType({module_name!r}))")

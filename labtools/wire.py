@@ -1,0 +1,481 @@
+# Calls to the student's code, as data. (Written once in labtools/wire.py; `labtools
+# build` copies it into every lab.) Tests call your code through `student`:
+# `student.softmax(x)` calls the `softmax` this notebook defines. Every argument and
+# every result crosses as plain data (tensors as safetensors, the rest as JSON), the
+# way the grader does it, so a test behaves here as it does when graded.
+"""Calls to the student's code, as data.
+
+Three places use this one file:
+- every lab notebook holds it as a read-only cell: `student = Student(LocalChannel(
+  Agent(globals())))`, so the visible tests call the notebook's own functions;
+- the grader sends it into the student's kernel, where `Agent` answers requests;
+- the judge (labtools/judge.py) imports it to encode requests and decode replies.
+
+A value crosses as data when it is a tensor, an array, a number, a string, None, a
+dtype, a device, a shape, a generator's state, a matplotlib figure (what it shows),
+or a tuple/list/dict of those; anything else stays where it is and crosses as a
+`Ref`, a handle whose attributes, items and calls go back to the student's side.
+Nothing is ever pickled: decoding data runs no code of the side that sent it.
+It must not import labtools (the kernel may not have it).
+"""
+
+import json
+import struct
+
+import numpy as np
+import torch
+
+MAX_REPLY_BYTES = 512 << 20
+_DATA_DTYPES = {str(d).replace("torch.", ""): d for d in (
+    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
+    torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)}
+_SCALARS = (bool, int, float, str, type(None))
+
+
+class WireError(RuntimeError):
+    """The other side sent something that is not valid data."""
+
+
+class StudentRaised(Exception):
+    """Base of the exceptions re-raised on the judge's side for an error in the student's code."""
+
+    student_type = "Exception"
+
+
+_BUILTIN_ERRORS = {cls.__name__: cls for cls in (
+    ValueError, TypeError, IndexError, KeyError, AttributeError, NameError, RuntimeError, ZeroDivisionError,
+    NotImplementedError, AssertionError, ArithmeticError, LookupError, OverflowError, MemoryError,
+    RecursionError, ImportError, ModuleNotFoundError, UnboundLocalError, StopIteration, TimeoutError)}
+_RAISED_TYPES = {}
+
+
+def _raised_type(name, bases):
+    builtin = next((_BUILTIN_ERRORS[b] for b in bases if b in _BUILTIN_ERRORS), Exception)
+    key = (str(name)[:80], builtin)
+    if key not in _RAISED_TYPES:
+        _RAISED_TYPES[key] = type(key[0], (StudentRaised, builtin), {"student_type": key[0]})
+    return _RAISED_TYPES[key]
+
+
+class Ref:
+    """A handle on an object that lives with the student's code."""
+
+    __slots__ = ("_channel", "_id", "_type", "_mro", "_name")
+
+    def __init__(self, channel, ref_id, type_name, mro, name=None):
+        object.__setattr__(self, "_channel", channel)
+        object.__setattr__(self, "_id", ref_id)
+        object.__setattr__(self, "_type", type_name)
+        object.__setattr__(self, "_mro", tuple(mro))
+        object.__setattr__(self, "_name", name)
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return self._channel.request("getattr", self, name)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("set the student's attributes with set_tensor(obj, 'path', value)")
+
+    def __call__(self, *args, **kwargs):
+        return self._channel.request("call", self, list(args), kwargs)
+
+    def __getitem__(self, key):
+        return self._channel.request("getitem", self, key)
+
+    def __len__(self):
+        return self._channel.request("len", self)
+
+    def __iter__(self):
+        return iter([self[i] for i in range(len(self))])
+
+    def __repr__(self):
+        return f"<{self._type} from the student's notebook>"
+
+    @property
+    def type_name(self):
+        """The class name of the object, e.g. 'Linear' (what `type(obj).__name__` gives)."""
+        return self._type.rsplit(".", 1)[-1]
+
+
+class Figure:
+    """What a matplotlib figure shows, as data: one `Axes` per axes, in order."""
+
+    def __init__(self, axes):
+        self.axes = axes
+
+    def __repr__(self):
+        return f"Figure(axes={self.axes!r})"
+
+
+class Axes:
+    """What one axes shows: its heatmaps' numbers, lines, labels and title."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    def __repr__(self):
+        return f"Axes({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items() if k in ('title', 'is_colorbar'))})"
+
+
+def _describe_figure(fig):
+    fig.canvas.draw()  # tick labels are final only after a draw
+    axes = []
+    for ax in fig.axes:
+        images = [np.asarray(np.ma.getdata(im.get_array()), dtype=np.float64) for im in ax.images]
+        images += [np.asarray(np.ma.getdata(c.get_array()), dtype=np.float64) for c in ax.collections
+                   if c.get_array() is not None]
+        axes.append({
+            "label": ax.get_label(), "title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
+            "is_colorbar": ax.get_label() == "<colorbar>" or getattr(ax, "_colorbar", None) is not None,
+            "heatmaps": images,
+            "heatmap_has_colorbar": [getattr(im, "colorbar", None) is not None
+                                     for im in list(ax.images) + [c for c in ax.collections if c.get_array() is not None]],
+            "xticks": [float(t) for t in ax.get_xticks()], "yticks": [float(t) for t in ax.get_yticks()],
+            "xticklabels": [t.get_text() for t in ax.get_xticklabels()],
+            "yticklabels": [t.get_text() for t in ax.get_yticklabels()],
+            "xlim": [float(v) for v in ax.get_xlim()], "ylim": [float(v) for v in ax.get_ylim()],
+            "lines": [np.asarray(line.get_xydata(), dtype=np.float64) for line in ax.get_lines()],
+        })
+    return {"axes": axes}
+
+
+class _Encoder:
+    """value -> (JSON tree, {key: tensor}); objects that are not data become refs."""
+
+    def __init__(self, make_ref, max_items=100_000):
+        self.tensors = {}
+        self.make_ref = make_ref
+        self.budget = max_items
+
+    def _tensor(self, t, **extra):
+        key = f"t{len(self.tensors)}"
+        data = t.detach()
+        if data.dtype not in _DATA_DTYPES.values():
+            raise WireError(f"tensors of dtype {data.dtype} cannot be sent")
+        self.tensors[key] = data.to("cpu").contiguous().clone()
+        return {"t": "tensor", "k": key, "dev": str(t.device), "rg": bool(t.requires_grad), **extra}
+
+    def encode(self, value):
+        self.budget -= 1
+        if self.budget < 0:
+            raise WireError("the value is too large to send (too many items)")
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            return value
+        if type(value) in (int, float):
+            if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+                return {"t": "float", "v": repr(value)}
+            return value
+        if isinstance(value, torch.Tensor):
+            return self._tensor(value, param=isinstance(value, torch.nn.Parameter))
+        if isinstance(value, np.ndarray) and value.dtype != object:
+            return {"t": "ndarray", "k": self._tensor(torch.from_numpy(np.ascontiguousarray(value)))["k"]}
+        if isinstance(value, np.generic) and not isinstance(value, np.object_):
+            return self.encode(value.item())
+        if isinstance(value, torch.dtype):
+            return {"t": "dtype", "v": str(value).replace("torch.", "")}
+        if isinstance(value, torch.device):
+            return {"t": "device", "v": str(value)}
+        if isinstance(value, torch.Size):
+            return {"t": "size", "v": [int(v) for v in value]}
+        if isinstance(value, torch.Generator):
+            return {"t": "generator", "k": self._tensor(value.get_state())["k"], "dev": str(value.device)}
+        if isinstance(value, slice):
+            return {"t": "slice", "v": [self.encode(value.start), self.encode(value.stop), self.encode(value.step)]}
+        if value is Ellipsis:
+            return {"t": "ellipsis"}
+        if type(value) in (tuple, list):
+            return {"t": type(value).__name__, "v": [self.encode(v) for v in value]}
+        if type(value) is dict:
+            return {"t": "dict", "k": [self.encode(k) for k in value], "v": [self.encode(v) for v in value.values()]}
+        if isinstance(value, Ref):
+            return {"t": "ref", "id": value._id}
+        if type(value).__name__ == "Figure" and type(value).__module__.startswith("matplotlib"):
+            return {"t": "figure", "v": self.encode(_describe_figure(value))}
+        if type(value).__name__ == "generator" or (hasattr(value, "__next__") and hasattr(value, "__iter__")):
+            return {"t": "list", "v": [self.encode(v) for v in _bounded(value, self.budget)]}
+        return self.make_ref(value)
+
+
+def _bounded(iterator, limit):
+    out = []
+    for item in iterator:
+        out.append(item)
+        if len(out) > limit:
+            raise WireError("the iterator yields too many items to send")
+    return out
+
+
+def _decode(tree, tensors, resolve, depth=0):
+    if depth > 64:
+        raise WireError("data nested too deeply")
+    if tree is None or isinstance(tree, (bool, int, float, str)):
+        return tree
+    if isinstance(tree, list):
+        raise WireError("malformed data (a bare list)")
+    if not isinstance(tree, dict):
+        raise WireError(f"malformed data ({type(tree).__name__})")
+    kind = tree.get("t")
+    sub = lambda v: _decode(v, tensors, resolve, depth + 1)  # noqa: E731
+    if kind == "tensor":
+        t = tensors[tree["k"]].clone()
+        device = str(tree.get("dev", "cpu"))
+        if device != "cpu" and _device_available(device):
+            t = t.to(device)
+        if tree.get("param"):
+            return torch.nn.Parameter(t, requires_grad=bool(tree.get("rg")))
+        return t.requires_grad_(bool(tree.get("rg"))) if t.is_floating_point() or t.is_complex() else t
+    if kind == "ndarray":
+        t = tensors[tree["k"]]
+        return t.float().numpy().astype(np.float32) if t.dtype == torch.bfloat16 else t.numpy().copy()
+    if kind == "float":
+        return float(tree["v"]) if tree["v"] in ("nan", "inf", "-inf") else _fail("malformed float")
+    if kind == "dtype":
+        return _DATA_DTYPES.get(tree["v"]) or _fail(f"unknown dtype {tree['v']!r}")
+    if kind == "device":
+        return torch.device(str(tree["v"]))
+    if kind == "size":
+        return torch.Size([int(v) for v in tree["v"]])
+    if kind == "generator":
+        device = str(tree.get("dev", "cpu"))
+        gen = torch.Generator(device=device if _device_available(device) else "cpu")
+        gen.set_state(tensors[tree["k"]])
+        return gen
+    if kind == "slice":
+        return slice(*[sub(v) for v in tree["v"]])
+    if kind == "ellipsis":
+        return Ellipsis
+    if kind in ("tuple", "list"):
+        items = [sub(v) for v in tree["v"]]
+        return tuple(items) if kind == "tuple" else items
+    if kind == "dict":
+        return {sub(k): sub(v) for k, v in zip(tree["k"], tree["v"])}
+    if kind == "figure":
+        raw = sub(tree["v"])
+        return Figure([Axes(**{str(k): v for k, v in ax.items()}) for ax in raw["axes"]])
+    if kind == "ref":
+        return resolve(tree)
+    raise WireError(f"unknown kind of data {str(kind)[:40]!r}")
+
+
+def _fail(message):
+    raise WireError(message)
+
+
+def _device_available(device):
+    kind = device.split(":")[0]
+    if kind == "cuda":
+        return torch.cuda.is_available()
+    if kind == "mps":
+        return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    return kind == "cpu"
+
+
+def pack(tree, tensors):
+    """One message: 8 bytes of JSON length, the JSON, then the tensors as safetensors."""
+    from safetensors.torch import save
+
+    head = json.dumps(tree, allow_nan=False).encode()
+    return struct.pack("<Q", len(head)) + head + (save(tensors) if tensors else b"")
+
+
+def unpack(message):
+    from safetensors.torch import load
+
+    if len(message) > MAX_REPLY_BYTES:
+        raise WireError(f"message of {len(message)} bytes is larger than the limit")
+    if len(message) < 8:
+        raise WireError("message too short")
+    (size,) = struct.unpack("<Q", message[:8])
+    if size > len(message) - 8:
+        raise WireError("malformed message length")
+    try:
+        tree = json.loads(message[8:8 + size])
+        tensors = load(message[8 + size:]) if len(message) > 8 + size else {}
+    except Exception as exc:  # noqa: BLE001 - any malformed input is a WireError
+        raise WireError(f"malformed message: {type(exc).__name__}") from None
+    return tree, tensors
+
+
+# -- the student's side --------------------------------------------------------------------
+class Agent:
+    """Answers requests against a namespace (the notebook's globals): looks names up,
+    calls, reads attributes and items, and keeps the objects it hands out as refs."""
+
+    def __init__(self, namespace):
+        self.namespace = namespace
+        self.objects = {}
+
+    def _ref(self, value):
+        ref_id = len(self.objects) + 1
+        self.objects[ref_id] = value
+        cls = type(value)
+        mro = [f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__]
+        name = getattr(value, "__name__", None) if isinstance(value, (type, type(_fail))) else None
+        return {"t": "ref", "id": ref_id, "type": mro[0], "mro": mro, "name": name if isinstance(name, str) else None}
+
+    def _resolve(self, tree):
+        try:
+            return self.objects[int(tree["id"])]
+        except (KeyError, ValueError, TypeError):
+            raise WireError("unknown reference") from None
+
+    def handle(self, message):
+        encoder = _Encoder(self._ref)
+        try:
+            tree, tensors = unpack(message)
+            op = tree["op"]
+            args = [_decode(a, tensors, self._resolve) for a in tree.get("args", [])]
+            result = {"value": encoder.encode(getattr(self, f"_op_{op}")(*args))}
+        except WireError as exc:
+            result = {"wire_error": str(exc)}
+        except BaseException as exc:  # noqa: BLE001 - the student's code may raise anything
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            encoder = _Encoder(self._ref)
+            result = {"raised": {"type": type(exc).__name__, "message": str(exc)[:2000],
+                                 "bases": [c.__name__ for c in type(exc).__mro__]}}
+        if getattr(self, "_mutated", None):
+            result["mutated"] = self._mutated
+        self._mutated = []
+        return pack(result, encoder.tensors)
+
+    def _op_get(self, name):
+        if name not in self.namespace:
+            raise NameError(f"name '{name}' is not defined: run the cell that defines it")
+        return self.namespace[name]
+
+    def _op_getattr(self, obj, name):
+        return getattr(obj, name)
+
+    def _op_getitem(self, obj, key):
+        return obj[key]
+
+    def _op_len(self, obj):
+        return len(obj)
+
+    def _op_call(self, fn, args, kwargs):
+        before = [(i, a.detach().clone()) for i, a in enumerate(list(args) + list(kwargs.values()))
+                  if isinstance(a, torch.Tensor)]
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            values = list(args) + list(kwargs.values())
+            names = [f"argument {i + 1}" for i in range(len(args))] + [f"argument {k!r}" for k in kwargs]
+            self._mutated = [names[i] for i, old in before
+                             if values[i].shape != old.shape or not torch.equal(values[i].detach(), old)]
+
+    def _op_isinstance(self, obj, cls):
+        if isinstance(cls, str):
+            module, _, name = cls.rpartition(".")
+            cls = getattr(__import__(module, fromlist=[name]), name)
+        return isinstance(obj, cls)
+
+    def _op_set_tensor(self, obj, path, value):
+        *owners, last = path.split(".")
+        for name in owners:
+            obj = getattr(obj, name)
+        target = getattr(obj, last)
+        with torch.no_grad():
+            if tuple(target.shape) != tuple(value.shape):
+                raise ValueError(f"{path} has shape {tuple(target.shape)}, expected {tuple(value.shape)}")
+            target.copy_(value)
+        return None
+
+    def serve(self, text):
+        """Kernel entry point: a request as base64 text in, a reply as base64 text on stdout."""
+        import base64
+        import sys
+
+        reply = base64.b64encode(self.handle(base64.b64decode(text))).decode()
+        sys.stdout.write(f"\n{REPLY_PREFIX}{reply}\n")
+        sys.stdout.flush()
+
+
+REPLY_PREFIX = "LABTOOLS-REPLY "
+
+
+# -- the side that calls -------------------------------------------------------------------
+class InputMutated(AssertionError):
+    """The student's function changed a tensor it was given."""
+
+
+class Channel:
+    """Sends requests to an Agent and decodes its replies; subclasses say how bytes travel."""
+
+    def transfer(self, message):
+        raise NotImplementedError
+
+    def request(self, op, *args):
+        encoder = _Encoder(lambda v: (_ for _ in ()).throw(WireError(f"cannot send a {type(v).__name__}")))
+        tree = {"op": op, "args": [encoder.encode(a) for a in args]}
+        reply_tree, tensors = unpack(self.transfer(pack(tree, encoder.tensors)))
+        if not isinstance(reply_tree, dict):
+            raise WireError("malformed reply")
+        if "wire_error" in reply_tree:
+            raise WireError(str(reply_tree["wire_error"]))
+        if "raised" in reply_tree:
+            raised = reply_tree["raised"]
+            raise _raised_type(raised.get("type", "Exception"), list(raised.get("bases", [])))(
+                str(raised.get("message", "")))
+        value = _decode(reply_tree.get("value"), tensors, self._make_ref)
+        mutated = reply_tree.get("mutated")
+        if mutated and op == "call":
+            raise InputMutated(f"{name_of(args[0])} changed its {', '.join(map(str, mutated))} in place: "
+                               "leave the inputs as they are (work on a copy, or use out-of-place operations)")
+        return value
+
+    def _make_ref(self, tree):
+        name = tree.get("name")
+        return Ref(self, int(tree["id"]), str(tree.get("type", "object")), [str(m) for m in tree.get("mro", [])],
+                   name[:80] if isinstance(name, str) else None)
+
+
+def name_of(fn):
+    """The name of a student's function or class (a Ref), or of a local function."""
+    if isinstance(fn, Ref):
+        return fn._name or fn.type_name
+    name = getattr(fn, "__name__", None)
+    return name if isinstance(name, str) else "your function"
+
+
+class LocalChannel(Channel):
+    """An Agent in this process: the notebook's own tests, and the in-process grader harness."""
+
+    def __init__(self, agent):
+        self.agent = agent
+
+    def transfer(self, message):
+        return self.agent.handle(message)
+
+
+class Student:
+    """`student.name` is the notebook's `name`, called through a channel."""
+
+    def __init__(self, channel):
+        object.__setattr__(self, "_channel", channel)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._channel.request("get", name)
+
+
+def is_instance(obj, cls):
+    """isinstance for the student's objects: `cls` is a class (torch's, or the student's via
+    `student.Name`) or its dotted path, e.g. "torch.nn.Linear"."""
+    if not isinstance(obj, Ref):
+        return isinstance(obj, cls) if isinstance(cls, type) else False
+    if isinstance(cls, type):
+        cls = f"{cls.__module__}.{cls.__qualname__}"
+    return bool(obj._channel.request("isinstance", obj, cls))
+
+
+def set_tensor(obj, path, value):
+    """Copy `value` into the student's tensor at `path` (e.g. "W_q.weight"), without grad."""
+    return obj._channel.request("set_tensor", obj, path, value)
+
+
+def type_name(obj):
+    """The class name of a student's object (a Ref) or of plain data."""
+    return obj.type_name if isinstance(obj, Ref) else type(obj).__name__
