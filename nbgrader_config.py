@@ -31,6 +31,15 @@ from nbgrader.preprocessors import (  # noqa: E402
 from labtools.execute import GradingExecute  # noqa: E402
 from labtools.sanitize import NeutralizeStudentContent, SafeFeedbackExporter  # noqa: E402
 
+# Tampered nbgrader metadata is put back from the release, and reported, before nbgrader
+# reads the submission (labtools/restore.py); then nbgrader's own sanitizing steps.
+from nbgrader.preprocessors import (  # noqa: E402
+    ClearOutput, DeduplicateIds, OverwriteCells, OverwriteKernelspec,
+)
+from labtools.restore import RestoreFromRelease  # noqa: E402
+c.Autograde.sanitize_preprocessors = [
+    RestoreFromRelease, ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata,
+]
 c.Autograde.autograde_preprocessors = [
     GradingExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, NeutralizeStudentContent,
     SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,

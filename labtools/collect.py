@@ -110,8 +110,7 @@ def _flat_dirs(rels: list[str], lab_id: str, wrapper_dirs: set[str]) -> set[str]
     return set(wrapper_dirs) | {"" } | {d for d, s in students.items() if len(s - {None}) >= 2}
 
 
-def scan(extracted: Path, lab_id: str, wrapper_dirs: set[str], custom_pattern: str | None = None,
-         release_nb=None) -> Decision:
+def scan(extracted: Path, lab_id: str, wrapper_dirs: set[str], custom_pattern: str | None = None) -> Decision:
     decision = Decision()
     candidates: dict[str, list[Path]] = {}
     given_names: dict[Path, str] = {}
@@ -142,8 +141,6 @@ def scan(extracted: Path, lab_id: str, wrapper_dirs: set[str], custom_pattern: s
         chosen = (exact or sorted(paths, key=lambda p: p.stat().st_mtime))[-1]
         rel = chosen.relative_to(extracted).as_posix()
         decision.collect[str(chosen)] = student
-        if release_nb is not None:
-            _repair_in_place(chosen, release_nb, student, rel, decision)
         if given_names[chosen] != expected:
             decision.notes.append((rel, f"{student}: graded as {expected} (the student named it "
                                         f"{given_names[chosen]!r})"))
@@ -153,17 +150,6 @@ def scan(extracted: Path, lab_id: str, wrapper_dirs: set[str], custom_pattern: s
                                          f"{student}: another notebook of this student, "
                                          f"{chosen.name}, was graded instead"))
     return decision
-
-
-def _repair_in_place(path: Path, release_nb, student: str, rel: str, decision: Decision) -> None:
-    """Repair the extracted copy (scratch space; the upload itself is untouched)."""
-    from .repair import repair
-
-    nb = nbformat.read(str(path), as_version=4)
-    fixed, notes = repair(nb, release_nb)
-    if notes:
-        nbformat.write(fixed, str(path))
-        decision.notes.extend((rel, f"{student}: {note}") for note in notes)
 
 
 class LabCollector(FileNameCollectorPlugin):

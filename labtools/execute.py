@@ -25,14 +25,18 @@ from jupyter_client.manager import AsyncKernelManager
 from nbclient.exceptions import DeadKernelError
 from nbclient.util import run_sync
 from nbgrader.preprocessors import Execute
-from traitlets import Bool, Integer, Type, Unicode
+from traitlets import Bool, Float, Integer, Type, Unicode
 
 import secrets
 import time
 
-from . import judge, nbcells, sandbox
+from . import cgroups, judge, nbcells, sandbox
 from .guard import TestGuard, cell_role
 
+OUT_OF_MEMORY = (
+    "the notebook's processes together used more memory than a grading kernel may ({mb} MiB): the kernel "
+    "and its processes were ended, and the notebook went on in a fresh kernel"
+)
 KERNEL_DIED = (
     "the kernel died while running this cell (os._exit, a crash, or out of memory); "
     "the notebook went on in a fresh kernel"
@@ -52,12 +56,23 @@ class LimitedKernelManager(AsyncKernelManager):
         "run grading kernels in a bubblewrap sandbox: 'auto' (when bubblewrap works here, else a loud "
         "warning; 'require' when LABS_REQUIRE_SANDBOX=1), 'require' (fail when it cannot), 'none'")).tag(config=True)
 
+    cgroup = Unicode("auto", help=(
+        "limit the kernel's whole process tree (memory_mb of memory, max_tasks processes and threads, "
+        "cpus CPUs) with a control group: 'auto' (when possible, else a loud warning; 'require' when "
+        "LABS_REQUIRE_CGROUP=1), 'require', 'none'")).tag(config=True)
+    max_tasks = Integer(512, help="processes and threads a grading kernel may have in all (0: none)").tag(config=True)
+    cpus = Float(2.0, help="CPUs' worth of time a grading kernel's processes may use together (0: none)").tag(
+        config=True)
+
+    group: cgroups.KernelGroup | None = None  # the kernel's control group, while it has one
     _bwrap: str | None = None  # the bwrap executable while sandboxed
     _box: str | None = None  # private directory: conn/ (connection file, sockets), work/ (the kernel's cwd)
     _notebook_dir: str | None = None
 
     async def _async_pre_start_kernel(self, **kw):
         kw["env"] = sandbox.without_secrets(kw.get("env") or os.environ)
+        if self.group is None and cgroups.resolve(self.cgroup, self.log):
+            self.group = cgroups.KernelGroup.create(self.memory_mb, self.max_tasks, self.cpus)
         if self._box is None:
             self._bwrap = sandbox.resolve_sandbox(self.sandbox)
             if self._bwrap:
@@ -83,10 +98,16 @@ class LimitedKernelManager(AsyncKernelManager):
             cmd = sandbox.bwrap_command(
                 self._bwrap, cmd, work_dir=os.path.join(self._box, "work"),
                 connection_file=self.connection_file, hidden=[p for p in [self._notebook_dir] if p])
-        return [*sandbox.launcher_command(self.memory_mb, self.file_mb, ignore_sigint=bool(self._bwrap)), "--", *cmd]
+        return [*sandbox.launcher_command(self.memory_mb, self.file_mb, ignore_sigint=bool(self._bwrap),
+                                          cgroups=self.group.paths if self.group else ()), "--", *cmd]
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         await super()._async_cleanup_resources(restart=restart)
+        if self.group is not None:
+            self.group.kill()  # children the kernel left behind, too
+            if not restart:
+                self.group.remove()
+                self.group = None
         if not restart and self._box is not None:
             shutil.rmtree(self._box, ignore_errors=True)
             self._box = self._bwrap = None
@@ -140,6 +161,8 @@ class GradingExecute(TestGuard, Execute):
                 cell, resources = super(TestGuard, self).preprocess_cell(cell, resources, index)
             except DeadKernelError:
                 return self._after_death(cell, index), resources
+            if self._out_of_memory():
+                return self._after_death(cell, index), resources
             if cell.cell_type == "code":
                 self._ran.append((cell, index))
             return cell, resources
@@ -149,17 +172,34 @@ class GradingExecute(TestGuard, Execute):
             self.guard_after(cell, role, undone)
         except DeadKernelError:
             return self._after_death(cell, index), resources
+        if self._out_of_memory():
+            return self._after_death(cell, index), resources
         if cell.cell_type == "code":
             self._ran.append((cell, index))
         return cell, resources
+
+    def _out_of_memory(self) -> bool:
+        """Did the kernel's process tree run out of memory in its control group? Then end
+        all of it (the kernel ended only the biggest process)."""
+        group = getattr(self.km, "group", None)
+        self._oom = bool(group is not None and group.new_out_of_memory())
+        if self._oom:
+            group.kill()
+        return self._oom
 
     def _after_death(self, cell, index):
         self._deaths += 1
         if self._deaths > self.max_kernel_deaths:
             raise DeadKernelError(f"the kernel died {self._deaths} times; giving up on this notebook")
         self.log.warning("kernel died in cell %s; restarting and replaying earlier cells", index)
-        cell.outputs.append(nbformat.v4.new_output(
-            "error", ename="KernelDied", evalue=KERNEL_DIED, traceback=[f"KernelDied: {KERNEL_DIED}"]))
+        if getattr(self, "_oom", False) or self._out_of_memory():
+            text = OUT_OF_MEMORY.format(mb=self.km.memory_mb)
+            cell.outputs.append(nbformat.v4.new_output(
+                "error", ename="MemoryError", evalue=text, traceback=[f"MemoryError: {text}"]))
+        else:
+            cell.outputs.append(nbformat.v4.new_output(
+                "error", ename="KernelDied", evalue=KERNEL_DIED, traceback=[f"KernelDied: {KERNEL_DIED}"]))
+        self._oom = False
         self._restart_and_replay()
         return cell
 

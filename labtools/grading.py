@@ -94,6 +94,15 @@ def _nbgrader_config(course: Path, db_url: str | None, hide_hidden_tests: bool =
     config.GenerateFeedback.exporter_class = SafeFeedbackExporter
     config.HTMLExporter.sanitize_html = True
     config.HTMLExporter.filters = {"clean_html": "labtools.sanitize.clean_html"}
+    from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, DeduplicateIds, OverwriteCells, OverwriteKernelspec
+
+    from .restore import RestoreFromRelease
+
+    # tampered metadata is put back from the release before nbgrader reads it (labtools/restore.py)
+    first = list(config.Autograde.get("sanitize_preprocessors") or
+                 [ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata])
+    if RestoreFromRelease not in first:
+        config.Autograde.sanitize_preprocessors = [RestoreFromRelease, *first]
     steps = list(config.Autograde.get("autograde_preprocessors") or [])
     if steps and NeutralizeStudentContent not in steps:
         saving = next((i for i, s in enumerate(steps) if getattr(s, "__name__", "") == "SaveAutoGrades"), len(steps))
@@ -170,9 +179,12 @@ def grade(lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT, db_url: 
     # so a warning or a refusal must come from this process, before any grading.
     from . import sandbox
 
+    from . import cgroups
+
     try:
         sandbox.resolve_sandbox(str(config.LimitedKernelManager.get("sandbox", "auto")))
-    except (sandbox.SandboxUnavailable, ValueError) as exc:
+        cgroups.resolve(str(config.LimitedKernelManager.get("cgroup", "auto")))
+    except (sandbox.SandboxUnavailable, cgroups.GroupUnavailable, ValueError) as exc:
         raise GradingError(str(exc)) from exc
     coursedir = CourseDirectory(config=config)
     api = NbGraderAPI(coursedir=coursedir, config=config)
@@ -206,10 +218,7 @@ def grade(lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT, db_url: 
         app.init_plugins()
         app.extract_archive_files()
         extracted = downloaded / "extracted"
-        from . import nbcells
-
-        released = nbcells.read(course / _release_dir() / lab_id / lab.notebook_name)
-        decision = collect.scan(extracted, lab_id, wrappers, student_pattern, release_nb=released)
+        decision = collect.scan(extracted, lab_id, wrappers, student_pattern)
         app.collector_plugin_inst.decision = decision
         app.collector_plugin_inst.lab_id = lab_id
         app.process_extracted_files()
@@ -300,12 +309,23 @@ def _incidents(autograded: Path) -> str:
         return ""
     from .guard import NOTICE
 
-    cells = [c for c in nbformat.read(str(autograded), as_version=4).cells if c.cell_type == "code"]
+    from .restore import restored
+
+    nb = nbformat.read(str(autograded), as_version=4)
+    cells = [c for c in nb.cells if c.cell_type == "code"]
     names = [o.get("ename") for c in cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     tampered = sum(any(o.get("output_type") == "stream" and str(o.get("text", "")).startswith(NOTICE)
                        for o in c.get("outputs", [])) for c in cells)
     parts = [f"the test environment was tampered with before {tampered} test cell{'s' if tampered > 1 else ''} "
              "(undone; see the notebook)"] if tampered else []
+    changes = restored(nb)
+    if changes:
+        parts.append("metadata restored from the release: " + "; ".join(
+            f"{c.get('cell')}: {c.get('change')}" for c in changes[:6]) + ("; ..." if len(changes) > 6 else ""))
+    review = sum(any(o.get("ename") == "NeedsReview" for o in c.get("outputs", [])) for c in cells)
+    if review:  # judge.NEEDS_REVIEW
+        parts.append(f"needs review by hand: {review} test cell{'s' if review > 1 else ''} not run, because the "
+                     "notebook reaches into the grader or the Python runtime (see the notebook)")
     for ename, words in (("CellTimeoutError", "timed out"), ("KernelDied", "killed the kernel"),
                          ("MemoryError", "ran out of memory"),
                          ("GuardUnavailable", "not scored: the notebook broke the grader's test guard")):

@@ -27,7 +27,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import nbcells, source_rules, wire
+from . import nbcells, source_rules, tampering, wire
 
 JUDGE_TAG = "judge"
 HANDLE_GRADE_ID = "given_student_handle"
@@ -89,6 +89,19 @@ class Verdict:
         return outs
 
 
+NEEDS_REVIEW = "NeedsReview"
+
+
+def needs_review(source_nb, submission_sources) -> list[str]:
+    """What the submission's own code reaches into (labtools/tampering.py); the lab's
+    cells, as the source holds them, are not the student's and are not read."""
+    lab_cells = {nbcells.strip_markers(c.source).strip() for c in source_nb.cells if c.cell_type == "code"}
+    cells = [(f"code cell {i + 1}", nbcells.strip_markers(src),
+              nbcells.strip_markers(src).strip() not in lab_cells and not src.startswith("# @title How the tests"))
+             for i, src in enumerate(submission_sources)]
+    return tampering.reaches_into_runtime(cells)
+
+
 class GraderSetupError(RuntimeError):
     """A judge cell of the lab itself failed: the lab's bug, not the student's."""
 
@@ -107,6 +120,7 @@ class Judge:
         self.namespace = {"__name__": "__judge__", "student": wire.Student(channel), "labwire": wire}
         sources = [s for s in submission_sources if not s.startswith("# @title How the tests")]
         self.namespace["calls_in_answer"] = lambda entry, targets: source_rules.forbidden_calls(sources, entry, targets)
+        self.review = needs_review(source_nb, submission_sources)
 
     def _catch_up(self, position: int) -> None:
         """Run the judge cells that come before `position` in the source."""
@@ -130,6 +144,11 @@ class Judge:
         if cell is None:
             return Verdict(grade_id, False, ename="UnknownTest",
                            evalue=f"{grade_id!r} is not a test of this lab: the cell was not run")
+        if self.review:
+            shown = "; ".join(self.review[:4]) + ("; ..." if len(self.review) > 4 else "")
+            return Verdict(grade_id, False, ename=NEEDS_REVIEW, evalue=(
+                "not run: your notebook reaches into the grader or the Python runtime, which no exercise "
+                f"needs ({shown}). Your instructor will read it and grade it by hand."))
         self._catch_up(self._order[id(cell)])
         if self._setup_error:
             return Verdict(grade_id, False, ename="GraderSetupError",

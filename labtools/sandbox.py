@@ -91,12 +91,14 @@ def apply_limits(memory_mb: int, file_mb: int) -> None:
 _LAUNCH = "import sys; sys.path[0] = {root!r}; from labtools.sandbox import main; main(sys.argv[1:])"
 
 
-def launcher_command(memory_mb: int, file_mb: int, ignore_sigint: bool = False) -> list[str]:
+def launcher_command(memory_mb: int, file_mb: int, ignore_sigint: bool = False, cgroups=()) -> list[str]:
     """The command that applies the limits and then execs the command given after it
-    (after `--`), with this labtools whatever the working directory holds."""
+    (after `--`), with this labtools whatever the working directory holds. `cgroups`:
+    the kernel's control group directories (labtools/cgroups.py), entered first."""
     root = str(Path(__file__).resolve().parent.parent)
     return [sys.executable, "-c", _LAUNCH.format(root=root), f"--memory-mb={memory_mb}",
-            f"--file-mb={file_mb}", *(["--ignore-sigint"] if ignore_sigint else [])]
+            f"--file-mb={file_mb}", *(["--ignore-sigint"] if ignore_sigint else []),
+            *[f"--cgroup={path}" for path in cgroups]]
 
 
 def main(argv: list[str]) -> None:
@@ -106,11 +108,17 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--ignore-sigint", action="store_true",
                         help="start the command with SIGINT ignored (bwrap would die of the kernel's "
                              "interrupts; ipykernel installs its own handler)")
+    parser.add_argument("--cgroup", action="append", default=[],
+                        help="a control group directory to move into first (the whole process tree's limits)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the kernel command after --")
+    if args.cgroup:
+        from .cgroups import KernelGroup
+
+        KernelGroup.enter(args.cgroup)
     apply_limits(args.memory_mb, args.file_mb)
     if args.ignore_sigint:
         # The grader interrupts a cell with SIGINT to the kernel's process group, which

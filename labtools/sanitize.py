@@ -188,7 +188,7 @@ def neutralize(nb, trusted_markdown=frozenset(), escape_markdown: bool = True) -
             outputs = [_clean_output(o, changes, where) for o in cell.get("outputs", []) if isinstance(o, dict)]
             cell["outputs"] = [nbformat.from_dict(o) for o in outputs if o is not None]
     language = nb.metadata.get("language_info")
-    nb.metadata = nbformat.from_dict({k: v for k, v in nb.metadata.items() if k in ("kernelspec", "nbgrader")})
+    nb.metadata = nbformat.from_dict({k: v for k, v in nb.metadata.items() if k in ("kernelspec", "nbgrader", "labtools_grader")})
     if isinstance(language, dict) and isinstance(language.get("name"), str) and language["name"].isidentifier():
         nb.metadata["language_info"] = {"name": language["name"]}
     return changes

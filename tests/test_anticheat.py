@@ -1,10 +1,15 @@
 """Attack submissions (tests/fixtures/attacks/) graded by real nbgrader runs.
 
-Each attack is graded twice: with labtools' test guard (the course's configuration)
-and with the guard off (what plain nbgrader gives). Its honest twin, the same file
-without the `# cheat:begin/end` lines, is the measure: with the guard no attack may
-score more than its twin in any test cell, and the attacks that say they beat
-plain nbgrader must really do so without the guard (else the fixture proves nothing).
+Each attack is graded with the course's configuration (lab01 is judged: its tests run
+in the judge, outside the student's kernel) and with labtools switched off (no judge,
+no guard: the lab's test cells run in the kernel, as plain nbgrader runs them). Its
+honest twin, the same file without the `# cheat:begin/end` lines (and with the
+`# honest:begin/end` lines, where an attack replaces code the twin writes openly), is
+the measure: graded by the course, no attack may score more than its twin in any test
+cell; an attack that reaches into the grader or the runtime is not run at all and is
+reported for review; the others score exactly as their twin. Each fixture's claims
+are checked both ways: whether it beats plain nbgrader (else it proves nothing), and
+whether the judge flags it.
 """
 
 from __future__ import annotations
@@ -17,9 +22,9 @@ import pytest
 import torch
 from nbgrader.api import Gradebook
 
-from labtools import kernel_guard, nbcells
+from labtools import judge, kernel_guard, nbcells
 from labtools.grading import grade
-from labtools.guard import NOTICE, bound_names, kernel_env
+from labtools.guard import bound_names, kernel_env
 from labtools.labs import get_lab
 from labtools.submissions import fill_release
 
@@ -28,6 +33,8 @@ from conftest import make_course, write_zip
 LAB = get_lab("lab01_attention")
 ATTACKS = Path(__file__).parent / "fixtures" / "attacks" / LAB.lab_id
 CHEAT = re.compile(r"^[ \t]*# cheat:begin\n.*?^[ \t]*# cheat:end\n?", re.S | re.M)
+HONEST = re.compile(r"^[ \t]*# honest:begin\n.*?^[ \t]*# honest:end\n?", re.S | re.M)
+MARKERS = re.compile(r"^[ \t]*# (cheat|honest):(begin|end)\n", re.M)
 
 
 def _attacks() -> list[str]:
@@ -40,9 +47,9 @@ def _cells(text: str) -> dict[str, str]:
     return {gid: body for gid, body in zip(parts[1::2], parts[2::2])}
 
 
-def _beats_plain_nbgrader(text: str) -> bool:
-    claim = re.search(r"Beats plain nbgrader: (yes|no)", text)
-    assert claim, "the fixture's docstring must say 'Beats plain nbgrader: yes' or 'no'"
+def _claim(text: str, what: str) -> bool:
+    claim = re.search(rf"{what}: (yes|no)", text)
+    assert claim, f"the fixture's docstring must say '{what}: yes' or 'no'"
     return claim.group(1) == "yes"
 
 
@@ -63,9 +70,9 @@ def _scores(course: Path) -> dict[str, dict[str, float]]:
                 for sub in gb.find_assignment(LAB.lab_id).submissions}
 
 
-def _grade_class(tmp: Path, files: dict[str, str], guard: bool):
+def _grade_class(tmp: Path, files: dict[str, str], labtools_on: bool):
     course = make_course(tmp / "course", [LAB])
-    if not guard:
+    if not labtools_on:
         with open(course / "nbgrader_config.py", "a") as config:
             config.write("\nc.GradingExecute.guard = False\nc.GradingExecute.use_judge = False\n")
     archive = write_zip(tmp / "class.zip", {f"{s}/{LAB.notebook_name}": t for s, t in files.items()})
@@ -75,64 +82,95 @@ def _grade_class(tmp: Path, files: dict[str, str], guard: bool):
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """(guarded scores, plain-nbgrader scores, honest-twin scores, guarded report, course)."""
+    """(judged scores, plain-nbgrader scores incl. honest twins, judged report, judged course, plain course)."""
     attacks, twins, twin_of, by_code = {}, {}, {}, {}
     for name in _attacks():
         text = (ATTACKS / f"{name}.py").read_text()
-        attacks[name] = _submission(_cells(text))
-        honest = {gid: body.strip() + "\n" for gid, body in _cells(CHEAT.sub("", text)).items()}
+        attacks[name] = _submission({g: MARKERS.sub("", b) for g, b in _cells(HONEST.sub("", text)).items()})
+        honest = {gid: MARKERS.sub("", body).strip() + "\n" for gid, body in _cells(CHEAT.sub("", text)).items()}
         # attacks on the same honest code share one twin
         twin_of[name] = by_code.setdefault(repr(sorted(honest.items())), f"honest-{name}")
         twins[twin_of[name]] = _submission(honest)
     reference = nbformat.writes(fill_release(nbcells.read(LAB.release_path()), nbcells.read(LAB.source_path())))
-    guarded_course, guarded_report = _grade_class(tmp_path_factory.mktemp("guarded"),
-                                                  {**attacks, "reference": reference}, guard=True)
-    plain_course, _ = _grade_class(tmp_path_factory.mktemp("plain"), {**attacks, **twins}, guard=False)
+    judged_course, judged_report = _grade_class(tmp_path_factory.mktemp("judged"),
+                                                {**attacks, "reference": reference}, labtools_on=True)
+    plain_course, _ = _grade_class(tmp_path_factory.mktemp("plain"), {**attacks, **twins}, labtools_on=False)
     plain = _scores(plain_course)
     for name, twin in twin_of.items():
         plain[f"honest-{name}"] = plain[twin]
-    return _scores(guarded_course), plain, guarded_report, guarded_course
+    return _scores(judged_course), plain, judged_report, judged_course, plain_course
+
+
+def _autograded(course: Path, student: str):
+    return nbformat.read(str(course / "autograded" / student / LAB.lab_id / LAB.notebook_name), as_version=4)
 
 
 @pytest.mark.parametrize("attack", _attacks())
 def test_attack_scores_no_more_than_its_honest_twin(graded, attack):
-    guarded, plain, report, _ = graded
+    judged, plain, report, course, _ = graded
     honest = plain[f"honest-{attack}"]
-    assert set(guarded[attack]) == set(honest)
-    gained = {cell: (honest[cell], score) for cell, score in guarded[attack].items() if score > honest[cell]}
+    assert set(judged[attack]) == set(honest)
+    gained = {cell: (honest[cell], score) for cell, score in judged[attack].items() if score > honest[cell]}
     assert not gained, f"{attack} scored more than honestly earned (cell: (honest, got)): {gained}"
-    if attack != "break_the_guard":  # the only one that fails closed, at the cost of honest marks
-        lost = {cell: (honest[cell], score) for cell, score in guarded[attack].items() if score < honest[cell]}
-        assert not lost, f"the guard took honest marks from {attack} (cell: (honest, got)): {lost}"
     assert report[attack].status.startswith("graded"), report[attack].status
+    if _claim((ATTACKS / f"{attack}.py").read_text(), "Flagged for review"):
+        assert all(score == 0 for score in judged[attack].values()), judged[attack]
+        assert "review" in report[attack].status, report[attack].status
+        tests = [c for c in _autograded(course, attack).cells if nbcells.is_autograded_test(c)]
+        assert all(o.get("ename") == judge.NEEDS_REVIEW for c in tests for o in c.outputs
+                   if o.output_type == "error") and all(c.outputs for c in tests)
+    else:  # the judge did not need to step in: exactly the twin's marks, nothing reported
+        assert judged[attack] == honest, f"{attack} lost honest marks: {judged[attack]} vs {honest}"
+        assert "review" not in report[attack].status, report[attack].status
 
 
 @pytest.mark.parametrize("attack", _attacks())
 def test_attack_does_what_it_claims_against_plain_nbgrader(graded, attack):
-    _, plain, _, _ = graded
+    _, plain, _, _, _ = graded
     honest, cheated = sum(plain[f"honest-{attack}"].values()), sum(plain[attack].values())
-    if _beats_plain_nbgrader((ATTACKS / f"{attack}.py").read_text()):
-        assert cheated > honest, f"{attack} is no attack: without the guard it gets {cheated}, honestly {honest}"
+    if _claim((ATTACKS / f"{attack}.py").read_text(), "Beats plain nbgrader"):
+        assert cheated > honest, f"{attack} is no attack: without labtools it gets {cheated}, honestly {honest}"
     else:
-        assert cheated == honest, f"{attack} beats plain nbgrader ({cheated} > {honest}): say so in its docstring"
+        assert cheated <= honest, f"{attack} beats plain nbgrader ({cheated} > {honest}): say so in its docstring"
 
 
-def test_reference_answers_untouched_by_the_guard(graded):
-    guarded, _, report, course = graded
-    assert all(score > 0 for score in guarded["reference"].values()), guarded["reference"]
+def test_reference_answers_get_full_marks_from_the_judge(graded):
+    judged, _, report, course, _ = graded
+    assert all(score > 0 for score in judged["reference"].values()), judged["reference"]
     assert report["reference"].status == "graded", report["reference"].status
-    nb = nbformat.read(str(course / "autograded" / "reference" / LAB.lab_id / LAB.notebook_name), as_version=4)
-    notices = [o for c in nb.cells for o in c.get("outputs", []) if NOTICE in str(o.get("text", ""))]
-    assert not notices, notices
+    tests = [c for c in _autograded(course, "reference").cells if nbcells.is_autograded_test(c)]
+    assert tests and not [o for c in tests for o in c.outputs if o.output_type == "error"]
 
 
-@pytest.mark.parametrize("attack", ["patch_torch_allclose", "patch_numpy_testing", "redefine_check_helper",
-                                    "redefine_call_helper", "blank_test_cells", "swallow_errors"])
-def test_tampering_is_reported(graded, attack):
-    _, _, report, course = graded
-    assert "tampered with" in report[attack].status, report[attack].status
-    nb = nbformat.read(str(course / "autograded" / attack / LAB.lab_id / LAB.notebook_name), as_version=4)
-    assert any(NOTICE in str(o.get("text", "")) for c in nb.cells for o in c.get("outputs", []))
+def _hidden_test_lines() -> list[str]:
+    """Distinctive lines of the lab's hidden tests (long enough not to occur by chance)."""
+    lines = []
+    for cell in nbcells.read(LAB.source_path()).cells:
+        hidden = re.findall(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", cell.source, re.S)
+        lines += [l.strip() for block in hidden for l in block.splitlines() if len(l.strip()) > 50]
+    assert len(lines) > 10
+    return lines
+
+
+def test_hidden_tests_never_reach_the_students_kernel(graded):
+    """The leak attack prints the kernel's history into its own notebook: graded plainly it
+    holds the hidden tests (so the fixture works); judged, none of their lines."""
+    _, _, _, judged_course, plain_course = graded
+    hidden = _hidden_test_lines()
+
+    def printed(course):
+        nb = _autograded(course, "leak_hidden_tests")
+        cell = next(c for c in nb.cells if nbcells.grade_id(c) == "create_causal_mask")
+        return "".join(str(o.get("text", "")) for o in cell.outputs)
+
+    assert sum(line in printed(plain_course) for line in hidden) > 5, "the fixture no longer leaks plainly"
+    leaked = [line for line in hidden if line in printed(judged_course)]
+    assert not leaked, leaked[:3]
+    feedback = (judged_course / "feedback" / "leak_hidden_tests" / LAB.lab_id / f"{LAB.lab_id}.html")
+    if feedback.exists():
+        import html
+        text = html.unescape(feedback.read_text())
+        assert not [line for line in hidden if line in text]
 
 
 # -- the pieces, on fresh inputs ---------------------------------------------------------
@@ -186,17 +224,3 @@ def test_kernel_env_hides_that_it_is_grading():
     env = kernel_env({"NBGRADER_EXECUTION": "autograde", "PATH": "/bin"})
     assert env == {"PATH": "/bin", "LABS_FAST": "1"}
     assert kernel_env({"PATH": "/bin"}) == {"PATH": "/bin"}
-
-
-def test_an_attack_on_a_partial_answer_keeps_exactly_its_honest_marks(graded):
-    guarded, plain, _, _ = graded
-    honest = sum(plain["honest-patch_on_partial_answer"].values())
-    assert honest > 0, "the fixture's honest part must earn something"
-    assert sum(guarded["patch_on_partial_answer"].values()) == honest < sum(plain["patch_on_partial_answer"].values())
-
-
-def test_a_removed_guard_fails_closed(graded):
-    """With its guard gone, no test cell of the notebook is scored, and the report says why."""
-    guarded, _, report, _ = graded
-    assert sum(guarded["break_the_guard"].values()) == 0
-    assert "broke the grader's test guard" in report["break_the_guard"].status, report["break_the_guard"].status

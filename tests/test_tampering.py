@@ -1,0 +1,106 @@
+"""The reading of a submission for code that reaches into the grader or the runtime
+(labtools/tampering.py): every way in that the attacks use is found, under other
+names too, and no lab's own code nor an everyday answer is flagged."""
+
+from __future__ import annotations
+
+import pytest
+
+from labtools import judge, nbcells, tampering
+from labtools.labs import CURRICULUM as LABS
+
+LAB_PRELUDE = ("import math, os, sys\nimport numpy as np\nimport torch\nimport torch.nn as nn\n"
+               "import torch.nn.functional as F\nimport matplotlib.pyplot as plt\n")
+
+
+def found(source: str) -> list[str]:
+    return tampering.reaches_into_runtime([("setup", LAB_PRELUDE, False), ("answer", source, True)])
+
+
+EVERYDAY = {
+    "stable softmax": "def softmax(x, dim=-1):\n    e = torch.exp(x - x.amax(dim, keepdim=True))\n"
+                      "    return e / e.sum(dim, keepdim=True)\n",
+    "module with setattr on self": "class Stack(nn.Module):\n    def __init__(self, n):\n        super().__init__()\n"
+                                   "        for i in range(n):\n            setattr(self, f'layer{i}', nn.Linear(4, 4))\n",
+    "activation by name": "class FFN(nn.Module):\n    def __init__(self, act='gelu'):\n        super().__init__()\n"
+                          "        self.act = act\n    def forward(self, x):\n        return getattr(F, self.act)(x)\n",
+    "attributes listed by name": "m = nn.Linear(2, 2)\nprint({n: getattr(m, n).shape for n in ['weight', 'bias']})\n",
+    "versions and paths": "print(sys.version, torch.__version__)\nos.makedirs('figures', exist_ok=True)\n",
+    "functools and operators": "from functools import partial, reduce\nimport operator\n"
+                               "total = reduce(operator.mul, [2, 3])\n",
+    "a class with dunder methods": "class Pair:\n    def __init__(self, a):\n        self.a = a\n"
+                                   "    def __repr__(self):\n        return f'{type(self).__name__}({self.a})'\n",
+    "timing": "import time\nstart = time.perf_counter()\n",
+}
+
+ATTACKS = {
+    "patches a library function": ("torch.allclose = lambda *a, **k: True", "changes torch.allclose"),
+    "patches it under an alias": ("import torch as t\nt.equal = lambda *a: True", "changes torch.equal"),
+    "patches a tensor method": ("torch.Tensor.sum = lambda self, *a, **k: self", "changes torch.Tensor.sum"),
+    "patches by setattr": ("setattr(F, 'softmax', len)", "setattr on torch.nn.functional"),
+    "patches numpy's checks": ("np.testing.assert_allclose = print", "changes numpy.testing.assert_allclose"),
+    "deletes a function": ("del torch.nn.functional.softmax", "changes torch.nn.functional.softmax"),
+    "the grader's wire module": ("labwire.Agent._op_call = None", "labwire"),
+    "the interpreter's modules": ("agent = [m for m in sys.modules.values()]", ".modules"),
+    "modules under another name": ("import sys as system\nsystem.modules.clear()", ".modules"),
+    "a caller's frame": ("def softmax(x, dim=-1):\n    return sys._getframe(1).f_locals['want']", "._getframe"),
+    "inspect": ("from inspect import currentframe", "from inspect import currentframe"),
+    "a function's globals": ("def f():\n    pass\nf.__globals__['torch']", ".__globals__"),
+    "a function's code": ("def f():\n    pass\ndef g():\n    pass\nf.__code__ = g.__code__", ".__code__"),
+    "subclasses walk": ("().__class__.__base__.__subclasses__()", ".__subclasses__"),
+    "a torch function override": ("class T(torch.Tensor):\n    @classmethod\n"
+                                  "    def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
+                                  "        return True", "defines __torch_function__"),
+    "a torch function mode": ("from torch.overrides import TorchFunctionMode", "torch.overrides"),
+    "a dispatch mode": ("import torch.utils._python_dispatch as d", "import torch.utils._python_dispatch"),
+    "the kernel's shell": ("get_ipython().set_custom_exc((Exception,), print)", "get_ipython"),
+    "the kernel's streams": ("sys.stdout.write('LABTOOLS-REPLY x')", ".stdout"),
+    "eval": ("eval('1')", "eval(...)"),
+    "exec": ("exec('x = 1')", "exec(...)"),
+    "import by name": ("__import__('s' + 'ys')", "__import__(...)"),
+    "importlib": ("import importlib", "import importlib"),
+    "a computed getattr on an object": ("n = '__glo' + 'bals__'\ndef f():\n    pass\ngetattr(f, n)",
+                                       "getattr(...) with a computed name"),
+    "a literal getattr to frames": ("getattr(sys, 'modules')", "getattr(..., 'modules')"),
+    "the environment": ("graded = os.environ.get('NBGRADER_EXECUTION')", ".environ"),
+    "builtins": ("import builtins\nbuiltins.print = None", "import builtins"),
+    "threads": ("import threading", "import threading"),
+    "ctypes": ("import ctypes", "import ctypes"),
+    "globals": ("globals()['softmax'] = len", "globals(...)"),
+    "a patch inside a function": ("def softmax(x, dim=-1):\n    torch.isfinite = lambda t: True\n    return x",
+                                  "changes torch.isfinite"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EVERYDAY))
+def test_everyday_code_is_not_flagged(name):
+    assert found(EVERYDAY[name]) == []
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_each_way_into_the_runtime_is_found(name):
+    source, expected = ATTACKS[name]
+    hits = found(source)
+    assert any(expected in hit for hit in hits), hits
+    assert all("answer" in hit for hit in hits), "a finding must say where it is"
+
+
+def test_the_labs_own_cells_are_not_read_but_their_imports_count():
+    cells = [("lab", "import torch as T\nimport sys\nsys.modules", False), ("answer", "T.exp = abs", True)]
+    assert tampering.reaches_into_runtime(cells) == ["changes torch.exp (answer, line 1)"]
+
+
+def test_unparsable_cells_are_skipped_not_fatal():
+    assert found("def broken(:\n") == []
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.lab_id)
+def test_no_lab_is_flagged_for_its_own_solutions(lab):
+    """The worked solutions, submitted as they are, and with every code cell counted as
+    the student's except the read-only ones: nothing in the course's answers is flagged."""
+    nb = nbcells.read(lab.source_path())
+    sources = [c.source for c in nb.cells if c.cell_type == "code"]
+    assert judge.needs_review(nb, sources) == []
+    answers = [(nbcells.grade_id(c) or "cell", nbcells.strip_markers(c.source), nbcells.is_solution(c))
+               for c in nb.cells if c.cell_type == "code"]
+    assert tampering.reaches_into_runtime(answers) == []
