@@ -62,7 +62,12 @@ _DUNDERS_OK = {"__init__", "__name__", "__qualname__", "__doc__", "__class__", "
 _TORCH_HOOKS = {"__torch_function__", "__torch_dispatch__"}
 
 
+_MODULES_OK = ("IPython.display",)  # showing HTML, images, markdown: sanitized, not a way into the grader
+
+
 def _module_flag(name: str) -> bool:
+    if any(name == ok or name.startswith(ok + ".") for ok in _MODULES_OK):
+        return False
     top = name.split(".")[0]
     return (top in _MODULES and top not in _MODULE_ATTRS_OK) or any(
         name == t or name.startswith(t + ".") for t in _TORCH_INTERNALS)

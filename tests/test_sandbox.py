@@ -199,15 +199,18 @@ def test_nothing_leaked_to_the_host(attacked):
     assert not list(course.rglob("scratch.txt")), "the scratch directory is not the notebook's directory"
 
 
-def test_attackers_keep_their_honest_scores_and_the_class_is_graded(attacked):
+def test_attackers_are_flagged_for_review_and_the_class_is_graded(attacked):
+    """The probes (sockets, the environment, processes) ran in the sandbox and were denied;
+    the judge, reading that code, runs no test of those notebooks and reports them for
+    review, while the rest of the class is graded as usual."""
     _, report, _, _ = attacked
-    honest, attacker = report.result("honest"), report.result("attacker")
-    assert honest.status == attacker.status == "graded"
-    assert honest.auto_score == honest.auto_max > 0
-    assert attacker.auto_score == attacker.auto_max
-    restarted = report.result("restarted")
-    assert "killed the kernel" in restarted.status
-    assert restarted.auto_score == restarted.auto_max
+    honest = report.result("honest")
+    assert honest.status == "graded" and honest.auto_score == honest.auto_max > 0
+    for name in ("attacker", "restarted"):
+        result = report.result(name)
+        assert result.status.startswith("graded; ") and "needs review by hand" in result.status, result.status
+        assert result.auto_score == 0
+    assert "killed the kernel" in report.result("restarted").status
     assert report.result("untouched").auto_score == 0
 
 

@@ -31,6 +31,8 @@ EVERYDAY = {
     "a class with dunder methods": "class Pair:\n    def __init__(self, a):\n        self.a = a\n"
                                    "    def __repr__(self):\n        return f'{type(self).__name__}({self.a})'\n",
     "timing": "import time\nstart = time.perf_counter()\n",
+    "rich display": "from IPython.display import HTML, display\nimport IPython.display as d\n"
+                    "display(HTML('<b>hi</b>'))\nd.Markdown('x')\n",
 }
 
 ATTACKS = {
