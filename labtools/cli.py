@@ -48,7 +48,7 @@ def cmd_grade(args) -> int:
     report = grade(args.lab, Path(args.submissions), course_dir=Path(args.course_dir),
                    db_url=args.db, out_dir=Path(args.out) if args.out else None,
                    student_pattern=args.student_pattern, hide_hidden_tests=not args.show_hidden_tests,
-                   workers=args.workers)
+                   workers=args.workers, scheduler=args.scheduler, regrade=args.regrade)
     print(f"\n{report.table()}\n")
     print(f"Grades CSV: {report.csv_path}")
     print(f"Feedback (one HTML per student): {report.feedback_dir}")
@@ -61,10 +61,15 @@ def cmd_demo(args) -> int:
     from .demo import run_demo
     from .editions import build
 
+    from .editions import stale_files
+
     labs = _labs(args.labs)
     for lab in labs:
-        print(f"building {lab.lab_id}")
-        build(lab)
+        # Only a lab whose editions are out of date with source/ is rebuilt: rebuilding an
+        # up-to-date one would rewrite its stored outputs and leave a fresh clone changed.
+        if stale_files(lab):
+            print(f"building {lab.lab_id} (its editions are out of date with source/)")
+            build(lab)
     run_demo(labs)
     return 0
 
@@ -93,8 +98,12 @@ def main(argv=None) -> int:
     p.add_argument("--show-hidden-tests", action="store_true",
                    help="put the hidden tests in the students' feedback too (default: left out; "
                    "the autograded notebooks and formgrader always keep them)")
-    p.add_argument("--workers", type=int, default=1,
-                   help="autograde this many submissions at once (one per CPU core is a good choice)")
+    p.add_argument("--workers", type=int, default=0,
+                   help="worker processes of the local Dask cluster (default: one per CPU core)")
+    p.add_argument("--scheduler", help="grade on an existing Dask cluster: its scheduler's address, e.g. "
+                   "tcp://HOST:8786 (default: c.GradeCluster.scheduler in nbgrader_config.py, else a local cluster)")
+    p.add_argument("--regrade", action="store_true",
+                   help="grade again the submissions an earlier run already graded from the same file")
     p.set_defaults(func=cmd_grade)
 
     p = sub.add_parser("demo", help="build every lab, then autograde a demo class and print its grades")
@@ -107,6 +116,11 @@ def main(argv=None) -> int:
     except (UnknownLabError,) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if args.command == "grade":
+            print("\ninterrupted: what was graded is saved; run the same command again to grade the rest",
+                  file=sys.stderr)
+        return 130
     except Exception as exc:  # noqa: BLE001
         from .editions import BuildError
         from .grading import GradingError

@@ -27,7 +27,7 @@ STUDENT_PATTERNS = {
     # Moodle: "Full Name_123456_assignsubmission_file_" as a folder or a file prefix
     "moodle": r"(?:.*/)?(?P<student_id>[^/]+?)_\d+_assignsubmission_file_/?(?P<file>[^/]*)",
     # Blackboard: assignment_username_attempt_2024-01-30-15-00-00_file.ipynb
-    "blackboard": r"(?:.*/)?[^/]*?_(?P<student_id>[^_/]+)_attempt_[0-9\-]+_(?P<file>[^/]+)",
+    "blackboard": r"(?:.*/)?[^/]*?_(?P<student_id>[^_/]+)_attempt_(?P<attempt>[0-9\-]+)_(?P<file>[^/]+)",
 }
 JUNK = re.compile(r"(^|/)(__MACOSX/|\.DS_Store$|\._|Thumbs\.db$|\.ipynb_checkpoints/)")
 
@@ -56,6 +56,41 @@ def _flat_match(name: str, lab_id: str):
 def _flat_student(name: str, lab_id: str) -> str | None:
     match = _flat_match(name, lab_id)
     return clean_student_id(match.group("student_id")) if match else None
+
+
+def attempt_of(rel: str, custom: str | None = None) -> str:
+    """The LMS's attempt stamp in a file's path ("" when it has none): later attempts sort later."""
+    for pattern in ([custom] if custom else []) + list(STUDENT_PATTERNS.values()):
+        match = re.fullmatch(pattern, rel)
+        if match and match.groupdict().get("attempt"):
+            return match.group("attempt")
+    return ""
+
+
+def restore_hand_in_times(archive: Path, extracted: Path) -> None:
+    """Give each extracted file the time its zip entry records (when the student handed it
+    in, for LMS downloads), or the time of the file it was copied from, since extraction
+    stamps every file with the time of extraction."""
+    import os
+    import time
+    import zipfile
+
+    for path in archive.rglob("*"):
+        copy = extracted / path.relative_to(archive)
+        if path.is_file() and path.suffix.lower() != ".zip" and copy.is_file():
+            os.utime(copy, (path.stat().st_atime, path.stat().st_mtime))
+    for zpath in archive.rglob("*.zip"):
+        target = extracted / zpath.relative_to(archive).parent / zpath.stem
+        try:
+            with zipfile.ZipFile(zpath) as zf:
+                entries = [(i.filename, i.date_time) for i in zf.infolist() if not i.is_dir()]
+        except (zipfile.BadZipFile, OSError):
+            continue
+        for name, when in entries:
+            path = target / name
+            if path.is_file() and ".." not in Path(name).parts:
+                stamp = time.mktime(when + (0, 0, -1))
+                os.utime(path, (stamp, stamp))
 
 
 def student_of(rel: str, lab_id: str, flat_dirs: set[str], custom: str | None = None):
@@ -137,8 +172,10 @@ def scan(extracted: Path, lab_id: str, wrapper_dirs: set[str], custom_pattern: s
             continue
         candidates.setdefault(student, []).append(path)
     for student, paths in candidates.items():
-        exact = [p for p in paths if given_names[p] == expected]
-        chosen = (exact or sorted(paths, key=lambda p: p.stat().st_mtime))[-1]
+        # the latest hand-in: the LMS's attempt stamp, then the time in the zip (see
+        # restore_zip_times); at the same time, a file with the lab's own name wins
+        chosen = max(paths, key=lambda p: (attempt_of(p.relative_to(extracted).as_posix(), custom_pattern),
+                                          p.stat().st_mtime, given_names[p] == expected, str(p)))
         rel = chosen.relative_to(extracted).as_posix()
         decision.collect[str(chosen)] = student
         if given_names[chosen] != expected:

@@ -127,6 +127,14 @@ class GradingExecute(TestGuard, Execute):
         self._guard_reset()
 
     def preprocess(self, nb, resources=None, *args, **kwargs):
+        self._timing = {"kernel start": 0.0, "setup cell": 0.0, "notebook cells": 0.0, "test cells": 0.0}
+        try:
+            return self._preprocess(nb, resources, *args, **kwargs)
+        finally:  # where the time went, for the grade command's report (kept by sanitize.py)
+            nb.metadata.setdefault("labtools_grader", {})["seconds"] = {
+                k: round(v, 3) for k, v in self._timing.items()}
+
+    def _preprocess(self, nb, resources=None, *args, **kwargs):
         source = judge.lab_source_path(self.config, resources)
         source_nb = nbcells.read(source) if source else None
         self._judge, self._ran, self._deaths = None, [], 0
@@ -137,10 +145,17 @@ class GradingExecute(TestGuard, Execute):
         return super().preprocess(nb, resources, *args, **kwargs)
 
     async def async_start_new_kernel_client(self):
+        start = time.monotonic()
         kc = await super().async_start_new_kernel_client()
         if getattr(self, "_judge", None) is not None:  # after a restart too
             await self._guard_run(judge.agent_bootstrap(self._agent_module))
+        self._add_time("kernel start", start)
         return kc
+
+    def _add_time(self, phase: str, start: float) -> None:
+        timing = getattr(self, "_timing", None)
+        if timing is not None:
+            timing[phase] += time.monotonic() - start
 
     start_new_kernel_client = run_sync(async_start_new_kernel_client)
 
@@ -153,6 +168,15 @@ class GradingExecute(TestGuard, Execute):
         return cell
 
     def preprocess_cell(self, cell, resources, index):
+        start = time.monotonic()
+        try:
+            return self._preprocess_cell(cell, resources, index)
+        finally:
+            phase = ("test cells" if nbcells.is_autograded_test(cell) else
+                     "setup cell" if nbcells.grade_id(cell) == "setup" else "notebook cells")
+            self._add_time(phase, start)
+
+    def _preprocess_cell(self, cell, resources, index):
         role = cell_role(cell)
         if getattr(self, "_judge", None) is not None:
             try:

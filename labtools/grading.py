@@ -1,19 +1,25 @@
 """`labtools grade`: from an LMS zip or a folder of notebooks to grades and feedback.
 
-Every step is nbgrader's: `generate_assignment` (records the lab in the gradebook),
-`zip_collect` (extracts and files the submissions; `labtools.collect` decides whose
-each file is), `autograde`, `generate_feedback`, and the CSV `export` plugin. What
-this module adds is the order, a progress bar, and a report that names every file
-it could not grade and why, without letting one bad file stop the class.
+A `GradeRun` goes through explicit stages, each nbgrader's own step:
+1. record the lab in the gradebook (`generate_assignment`);
+2. collect the submissions (`zip_collect`; `labtools.collect` decides whose each file is);
+3. autograde: each submission is a task on a Dask cluster (labtools/grade_task.py) that
+   runs nbgrader's `autograde` and `generate_feedback` on a worker and returns data;
+   this process alone writes the gradebook (nbgrader's `SaveAutoGrades` and
+   `AssignLatePenalties` on the returned notebook) and the course folders, as each
+   result arrives, so an interrupted run resumes where it stopped;
+4. feedback: the HTML the workers made, one file per student;
+5. export: the CSV export plugin, and a report that names every file it could not
+   grade and why, without letting one bad file stop the class.
 """
 
 from __future__ import annotations
 
 import csv
 import logging
-import re
+import hashlib
+import json
 import shutil
-import socket
 import time
 import warnings
 import zipfile
@@ -29,15 +35,8 @@ from .labs import REPO_ROOT, get_lab
 SCRATCH = ".grading"  # inside the course directory, ignored by git
 
 
-def _machine() -> str:
-    """This machine's name. Each machine stages its input and regenerates the release
-    in folders of its own, so that graders on several machines can share one course
-    directory (on a network file system) without clearing each other's files."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()).strip("._") or "localhost"
-
-
-def _release_dir() -> str:
-    return f"{SCRATCH}/{_machine()}/release"
+RELEASE_DIR = f"{SCRATCH}/release"  # the build owns release/; grading regenerates into scratch space
+GRADED_MARK = ".labtools-graded.json"  # in autograded/<student>/<lab>/: what was graded, for resuming
 
 
 class GradingError(RuntimeError):
@@ -63,6 +62,8 @@ class GradeReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     csv_path: Path | None = None
     feedback_dir: Path | None = None
+    # summed over this run's submissions: where the workers' time went (grade_task.SubmissionResult.seconds)
+    seconds: dict[str, float] = field(default_factory=dict)
 
     def result(self, student: str) -> StudentResult:
         return next(r for r in self.results if r.student == student)
@@ -81,13 +82,13 @@ class GradeReport:
         return "\n".join(lines)
 
 
-def _nbgrader_config(course: Path, db_url: str | None, hide_hidden_tests: bool = True) -> Config:
+def nbgrader_config(course: Path, db_url: str | None, hide_hidden_tests: bool = True) -> Config:
     config = Config()
     if (course / "nbgrader_config.py").exists():
         config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
     config.CourseDirectory.root = str(course)
     # The build owns release/; grading regenerates the assignment into scratch space.
-    config.CourseDirectory.release_directory = _release_dir()
+    config.CourseDirectory.release_directory = RELEASE_DIR
     # Whatever the course's nbgrader_config.py says, student content is shown inert.
     from .sanitize import NeutralizeStudentContent, SafeFeedbackExporter
 
@@ -124,7 +125,15 @@ def _nbgrader_config(course: Path, db_url: str | None, hide_hidden_tests: bool =
         if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
             # a relative SQLite path means relative to the course directory
             config.CourseDirectory.db_url = f"sqlite:///{course / url[len('sqlite:///'):]}"
+    config.CourseDirectory.db_url = with_busy_timeout(str(config.CourseDirectory.db_url))
     return config
+
+
+def with_busy_timeout(db_url: str, seconds: int = 120) -> str:
+    """A SQLite URL that waits for a lock (formgrader, another grade command) instead of failing."""
+    if not db_url.startswith("sqlite:") or "timeout=" in db_url:
+        return db_url
+    return db_url + ("&" if "?" in db_url else "?") + f"timeout={seconds}"
 
 
 def _stage_input(submissions: Path, archive: Path) -> set[str]:
@@ -149,156 +158,279 @@ def _stage_input(submissions: Path, archive: Path) -> set[str]:
     return {"", submissions.stem}
 
 
+@dataclass
+class GradeOptions:
+    db_url: str | None = None
+    out_dir: Path | None = None
+    student_pattern: str | None = None
+    hide_progress: bool = False
+    hide_hidden_tests: bool = True
+    workers: int = 0  # local worker processes; 0: one per core
+    scheduler: str | None = None  # a Dask scheduler's address; None: nbgrader_config.py, else a local cluster
+    regrade: bool = False  # grade again submissions already graded from the same file
+
+
+class GradeRun:
+    """One `labtools grade`: its stages in order, each small enough to read and test alone."""
+
+    def __init__(self, lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT,
+                 options: GradeOptions | None = None, log=print):
+        from nbgrader.apps.api import NbGraderAPI
+        from nbgrader.coursedir import CourseDirectory
+
+        from .cluster import GradeCluster
+
+        # nbgrader's own INFO/WARNING chatter would bury the report; errors still show.
+        logging.getLogger("traitlets").setLevel(logging.ERROR)
+        warnings.filterwarnings("ignore", message=".*not in session.*")
+        self.lab = get_lab(lab_id)
+        self.course = Path(course_dir).resolve()
+        self.submissions = Path(submissions)
+        self.options = options or GradeOptions()
+        self.log = log
+        if not self.lab.source_path(self.course).exists():
+            raise GradingError(f"{self.lab.source_path(self.course)} does not exist: is {self.course} the course directory?")
+        if not self.submissions.exists():
+            raise GradingError(f"{self.submissions}: no such file or folder of submissions")
+        self.out = Path(self.options.out_dir) if self.options.out_dir else self.course / "grades" / lab_id
+        self.config = nbgrader_config(self.course, self.options.db_url, self.options.hide_hidden_tests)
+        self.cluster = GradeCluster(config=self.config)
+        if self.options.scheduler is not None:
+            self.cluster.scheduler = self.options.scheduler
+        if self.options.workers:
+            self.cluster.workers = self.options.workers
+        self.coursedir = CourseDirectory(config=self.config)
+        self.api = NbGraderAPI(coursedir=self.coursedir, config=self.config)
+        self.report = GradeReport(lab_id)
+        self.students: list[str] = []
+        self.results: dict = {}  # student -> grade_task.SubmissionResult (this run's)
+        self.failed: dict[str, str] = {}
+
+    @property
+    def lab_id(self) -> str:
+        return self.lab.lab_id
+
+    @property
+    def nb_id(self) -> str:
+        """nbgrader's name of the lab's notebook (the file name without .ipynb)."""
+        return Path(self.lab.notebook_name).stem
+
+    # -- checks made before anything is staged ------------------------------------------
+    def check_sandbox(self) -> None:
+        """Decide about the kernels' sandbox here, once: a refusal must come before any grading."""
+        from . import cgroups, sandbox
+
+        try:
+            sandbox.resolve_sandbox(str(self.config.LimitedKernelManager.get("sandbox", "auto")))
+            cgroups.resolve(str(self.config.LimitedKernelManager.get("cgroup", "auto")))
+        except (sandbox.SandboxUnavailable, cgroups.GroupUnavailable, ValueError) as exc:
+            raise GradingError(str(exc)) from exc
+
+    # -- 1. the lab in the gradebook --------------------------------------------------
+    def record_assignment(self) -> None:
+        from sqlalchemy.engine import make_url
+
+        shown = make_url(str(self.config.CourseDirectory.db_url)).render_as_string(hide_password=True)
+        self.log(f"[1/5] {self.lab_id}: recording the assignment in the gradebook ({shown})")
+        for attempt in range(4):
+            result = self.api.generate_assignment(self.lab_id, force=True, create=True)
+            text = f"{result.get('log', '')}{result.get('error', '')}"
+            if result["success"] or not any(w in text for w in ("IntegrityError", "UniqueViolation", "duplicate key")):
+                break
+            # Another grade command is creating the same gradebook tables or lab in a
+            # shared database right now: its insert won, and the next try finds what it made.
+            time.sleep(1 + 2 * attempt)
+        if not result["success"]:
+            raise GradingError(f"nbgrader generate_assignment failed:\n{text}")
+
+    # -- 2. collect ---------------------------------------------------------------------
+    def collect(self) -> list[str]:
+        from nbgrader.apps import ZipCollectApp
+        from nbgrader.utils import temp_attrs
+
+        self.log(f"[2/5] collecting submissions from {self.submissions}")
+        downloaded = self.course / "downloaded" / self.lab_id
+        wrappers = _stage_input(self.submissions, downloaded / "archive")
+        with temp_attrs(self.coursedir, assignment_id=self.lab_id):
+            app = ZipCollectApp(coursedir=self.coursedir, parent=self.api, config=self.config)
+            app.log.setLevel(logging.ERROR)
+            app.collector_plugin = collect.LabCollector
+            app.force = True  # replace a student's earlier collected file by the new one
+            app.strict = False
+            app.init_plugins()
+            app.extract_archive_files()
+            collect.restore_hand_in_times(downloaded / "archive", downloaded / "extracted")
+            decision = collect.scan(downloaded / "extracted", self.lab_id, wrappers, self.options.student_pattern)
+            app.collector_plugin_inst.decision = decision
+            app.collector_plugin_inst.lab_id = self.lab_id
+            app.process_extracted_files()
+        self.report.notes, self.report.skipped = decision.notes, decision.skipped
+        (downloaded / "collect_report.json").write_text(decision.to_json())
+        self.students = sorted(set(decision.collect.values()))
+        for rel, why in self.report.skipped:
+            self.log(f"  skipped {rel}: {why}")
+        for rel, what in self.report.notes:
+            self.log(f"  note {rel}: {what}")
+        if not self.students:
+            self.log("  no notebook could be collected; nothing to grade")
+        return self.students
+
+    # -- 3. autograde on the cluster ----------------------------------------------------
+    def _submitted(self, student: str) -> Path:
+        return self.course / "submitted" / student / self.lab_id
+
+    def _autograded(self, student: str) -> Path:
+        return self.course / "autograded" / student / self.lab_id
+
+    def job(self, student: str):
+        from .grade_task import SubmissionJob, lab_hash
+
+        folder = self._submitted(student)
+        stamp = folder / "timestamp.txt"
+        return SubmissionJob(
+            lab_id=self.lab_id, notebook_name=self.nb_id,
+            source_hash=lab_hash(self.lab.source_path(self.course)), student=student,
+            notebook=(folder / self.lab.notebook_name).read_bytes(),
+            timestamp=stamp.read_text().strip() if stamp.exists() else None,
+            course_hint=str(self.course), hide_hidden_tests=self.options.hide_hidden_tests)
+
+    def already_graded(self, job) -> bool:
+        """Graded before from the same file against the same lab (an interrupted run, resumed)."""
+        mark = self._autograded(job.student) / GRADED_MARK
+        try:
+            done = json.loads(mark.read_text())
+        except (OSError, ValueError):
+            return False
+        return done == _mark(job)
+
+    def autograde(self, client) -> None:
+        from distributed import as_completed
+        from tqdm.auto import tqdm
+
+        from .grade_task import grade_submission
+
+        jobs = [self.job(s) for s in self.students]
+        todo = [j for j in jobs if self.options.regrade or not self.already_graded(j)]
+        skipped = len(jobs) - len(todo)
+        self.log(f"[3/5] autograding {len(todo)} submission(s)"
+                 + (f" ({skipped} graded before from the same file: kept; --regrade grades them again)" if skipped else ""))
+        bar = tqdm(total=len(todo), desc=f"autograde {self.lab_id}", unit="student", disable=self.options.hide_progress)
+        # pure=False: a resubmission with the same bytes is still a task of its own
+        futures = {client.submit(grade_submission, job, pure=False, key=f"grade-{self.lab_id}-{job.student}-{i}"): job
+                   for i, job in enumerate(todo)}
+        try:
+            for future in as_completed(futures):
+                job = futures[future]
+                try:
+                    result = future.result()
+                except Exception as exc:  # noqa: BLE001 - a failed task is this student's problem, not the run's
+                    from .grade_task import LabMismatch
+
+                    if isinstance(exc, LabMismatch):
+                        raise GradingError(str(exc)) from None
+                    self.failed[job.student] = f"grading failed on the cluster: {type(exc).__name__}: {str(exc)[:200]}"
+                else:
+                    self.store(job, result)
+                bar.update()
+        finally:
+            for future in futures:
+                future.cancel()
+            bar.close()
+
+    def store(self, job, result) -> None:
+        """Write one result: the gradebook first, then the files, then the mark that says
+        it is done (a run stopped in between grades this student again, never twice)."""
+        self.results[job.student] = result
+        for phase, spent in result.seconds.items():
+            self.report.seconds[phase] = self.report.seconds.get(phase, 0.0) + spent
+        if not result.ok:
+            self.failed[job.student] = result.failure
+            return
+        import nbformat
+        from nbgrader.api import Gradebook
+        from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
+
+        nb = nbformat.reads(result.autograded.decode("utf-8"), as_version=4)
+        db_url = str(self.config.CourseDirectory.db_url)
+        with Gradebook(db_url, self.coursedir.course_id) as gb:
+            gb.update_or_create_student(job.student)
+            stamp = {"timestamp": job.timestamp} if job.timestamp else {}
+            gb.update_or_create_submission(self.lab_id, job.student, **stamp)
+        resources = {"nbgrader": {"notebook": self.nb_id, "assignment": self.lab_id,
+                                  "student": job.student, "db_url": db_url}}
+        for step in (SaveAutoGrades, AssignLatePenalties):
+            nb, resources = step(config=self.config).preprocess(nb, resources)
+        folder = self._autograded(job.student)
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        (folder / self.lab.notebook_name).write_bytes(result.autograded)
+        if job.timestamp:
+            (folder / "timestamp.txt").write_text(job.timestamp)
+        if result.feedback_html:
+            html = self.course / "feedback" / job.student / self.lab_id / f"{self.nb_id}.html"
+            html.parent.mkdir(parents=True, exist_ok=True)
+            html.write_bytes(result.feedback_html)
+        (folder / GRADED_MARK).write_text(json.dumps(_mark(job)))
+
+    # -- 4. feedback ------------------------------------------------------------------
+    def feedback(self) -> Path:
+        self.log("[4/5] writing feedback")
+        feedback_out = self.out / "feedback"
+        feedback_out.mkdir(parents=True, exist_ok=True)
+        for student in self.students:
+            html = self.course / "feedback" / student / self.lab_id / f"{self.nb_id}.html"
+            if student not in self.failed and html.exists():
+                shutil.copy(html, feedback_out / f"{student}.html")
+        self.report.feedback_dir = feedback_out
+        return feedback_out
+
+    # -- 5. export ----------------------------------------------------------------------
+    def export(self) -> GradeReport:
+        from nbgrader.plugins.export import CsvExportPlugin
+
+        self.log("[5/5] exporting grades")
+        feedback_out = self.out / "feedback"
+        with self.api.gradebook as gb:
+            for student in self.students:
+                copied = feedback_out / f"{student}.html"
+                result = _result(gb, self.lab_id, student, self.failed.get(student), copied if copied.exists() else None)
+                incidents = _incidents(self._autograded(student) / self.lab.notebook_name)
+                if incidents and result.status == "graded":
+                    result.status = "graded; " + incidents
+                self.report.results.append(result)
+            csv_path = self.out / "grades.csv"
+            CsvExportPlugin(to=str(csv_path), assignment=[self.lab_id], parent=self.api).export(gb)
+        self.report.csv_path = csv_path
+        _write_problems(self.out / "problems.csv", self.report)
+        return self.report
+
+
+def _mark(job) -> dict:
+    return {"submission_sha256": hashlib.sha256(job.notebook).hexdigest(), "source_hash": job.source_hash,
+            "timestamp": job.timestamp}
+
+
 def grade(lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT, db_url: str | None = None,
           out_dir: Path | None = None, student_pattern: str | None = None,
-          hide_progress: bool = False, hide_hidden_tests: bool = True, workers: int = 1,
-          log=print) -> GradeReport:
-    from nbgrader.apps import ZipCollectApp
-    from nbgrader.apps.api import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
-    from nbgrader.plugins.export import CsvExportPlugin
-    from nbgrader.utils import capture_log, temp_attrs
-    from tqdm.auto import tqdm
+          hide_progress: bool = False, hide_hidden_tests: bool = True, workers: int = 0,
+          scheduler: str | None = None, regrade: bool = False, log=print) -> GradeReport:
+    """Grade a class: collect, autograde on a Dask cluster, feedback, export."""
+    from .cluster import ClusterUnavailable, dask_client
 
-    # nbgrader's own INFO/WARNING chatter would bury the report; errors still show.
-    logging.getLogger("traitlets").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", message=".*not in session.*")
-
-    lab = get_lab(lab_id)
-    course = Path(course_dir).resolve()
-    submissions = Path(submissions)
-    if not lab.source_path(course).exists():
-        raise GradingError(f"{lab.source_path(course)} does not exist: is {course} the course directory?")
-    if not submissions.exists():
-        raise GradingError(f"{submissions}: no such file or folder of submissions")
-    out = Path(out_dir) if out_dir else course / "grades" / lab_id
-    report = GradeReport(lab_id)
-
-    config = _nbgrader_config(course, db_url, hide_hidden_tests)
-    # Decide about the kernels' sandbox once, here: worker processes' output is not shown,
-    # so a warning or a refusal must come from this process, before any grading.
-    from . import sandbox
-
-    from . import cgroups
-
+    run = GradeRun(lab_id, submissions, course_dir, GradeOptions(
+        db_url=db_url, out_dir=out_dir, student_pattern=student_pattern, hide_progress=hide_progress,
+        hide_hidden_tests=hide_hidden_tests, workers=workers, scheduler=scheduler, regrade=regrade), log=log)
+    run.check_sandbox()
     try:
-        sandbox.resolve_sandbox(str(config.LimitedKernelManager.get("sandbox", "auto")))
-        cgroups.resolve(str(config.LimitedKernelManager.get("cgroup", "auto")))
-    except (sandbox.SandboxUnavailable, cgroups.GroupUnavailable, ValueError) as exc:
-        raise GradingError(str(exc)) from exc
-    coursedir = CourseDirectory(config=config)
-    api = NbGraderAPI(coursedir=coursedir, config=config)
-
-    from sqlalchemy.engine import make_url
-
-    shown = make_url(str(config.CourseDirectory.db_url)).render_as_string(hide_password=True)
-    log(f"[1/5] {lab_id}: recording the assignment in the gradebook ({shown})")
-    for attempt in range(4):
-        result = api.generate_assignment(lab_id, force=True, create=True)
-        text = f"{result.get('log', '')}{result.get('error', '')}"
-        if result["success"] or not any(w in text for w in ("IntegrityError", "UniqueViolation", "duplicate key")):
-            break
-        # Another machine is creating the same gradebook tables or lab in a shared
-        # database right now: its insert won, and the next try finds what it made.
-        time.sleep(1 + 2 * attempt)
-    if not result["success"]:
-        raise GradingError(f"nbgrader generate_assignment failed:\n{text}")
-
-    log(f"[2/5] collecting submissions from {submissions}")
-    downloaded = course / "downloaded" / lab_id / _machine()
-    wrappers = _stage_input(submissions, downloaded / "archive")
-    with temp_attrs(coursedir, assignment_id=lab_id):
-        app = ZipCollectApp(coursedir=coursedir, parent=api, config=config)
-        app.log.setLevel(logging.ERROR)
-        app.archive_directory = f"{_machine()}/archive"  # i.e. downloaded / "archive"
-        app.extracted_directory = f"{_machine()}/extracted"
-        app.collector_plugin = collect.LabCollector
-        app.force = True  # replace a student's earlier collected file by the new one
-        app.strict = False
-        app.init_plugins()
-        app.extract_archive_files()
-        extracted = downloaded / "extracted"
-        decision = collect.scan(extracted, lab_id, wrappers, student_pattern)
-        app.collector_plugin_inst.decision = decision
-        app.collector_plugin_inst.lab_id = lab_id
-        app.process_extracted_files()
-    report.notes, report.skipped = decision.notes, decision.skipped
-    (downloaded / "collect_report.json").write_text(decision.to_json())
-    students = sorted(set(decision.collect.values()))
-    for rel, why in report.skipped:
-        log(f"  skipped {rel}: {why}")
-    for rel, what in report.notes:
-        log(f"  note {rel}: {what}")
-    if not students:
-        log("  no notebook could be collected; nothing to grade")
-
-    log(f"[3/5] autograding {len(students)} submission(s)" + (f" with {workers} workers" if workers > 1 else ""))
-    failed = {}
-    bar = tqdm(total=len(students), desc=f"autograde {lab_id}", unit="student", disable=hide_progress)
-    if workers <= 1:
-        for student in students:
-            result = api.autograde(lab_id, student, force=True, create=True)
-            if not result["success"]:
-                failed[student] = "autograde failed: " + _first_cause(result)
-            bar.update()
-    else:
-        from concurrent.futures import ThreadPoolExecutor
-
-        db = str(config.CourseDirectory.db_url)
-        with ThreadPoolExecutor(workers) as pool:
-            for student, result in pool.map(lambda s: (s, _autograde_process(course, lab_id, s, db)), students):
-                if not result["success"]:
-                    failed[student] = "autograde failed: " + _first_cause(result)
-                bar.update()
-    bar.close()
-
-    log("[4/5] writing feedback")
-    feedback_out = out / "feedback"
-    feedback_out.mkdir(parents=True, exist_ok=True)
-    for student in tqdm(students, desc="feedback", unit="student", disable=hide_progress):
-        if student in failed:
-            continue
-        api.generate_feedback(lab_id, student, force=True)
-
-    log("[5/5] exporting grades")
-    with api.gradebook as gb:
-        for student in students:
-            html = course / "feedback" / student / lab_id / f"{lab_id}.html"
-            copied = None
-            if html.exists():
-                copied = feedback_out / f"{student}.html"
-                shutil.copy(html, copied)
-            result = _result(gb, lab_id, student, failed.get(student), copied)
-            incidents = _incidents(course / "autograded" / student / lab_id / lab.notebook_name)
-            if incidents and result.status == "graded":
-                result.status = "graded; " + incidents
-            report.results.append(result)
-        csv_path = out / "grades.csv"
-        CsvExportPlugin(to=str(csv_path), assignment=[lab_id], parent=api).export(gb)
-    report.csv_path, report.feedback_dir = csv_path, feedback_out
-    _write_problems(out / "problems.csv", report)
-    return report
-
-
-def _autograde_process(course: Path, lab_id: str, student: str, db_url: str) -> dict:
-    """One `nbgrader autograde` in its own process, for parallel grading.
-
-    Each process opens the gradebook for itself. SQLite serialises the writers (a
-    generous busy timeout makes them wait rather than fail); a server database such as
-    PostgreSQL takes concurrent writers as they come.
-    """
-    import subprocess
-    import sys
-
-    if db_url.startswith("sqlite:") and "timeout=" not in db_url:
-        db_url += ("&" if "?" in db_url else "?") + "timeout=120"
-    proc = subprocess.run(
-        [sys.executable, "-m", "nbgrader", "autograde", lab_id, "--student", student, "--force",
-         f"--CourseDirectory.db_url={db_url}", f"--CourseDirectory.release_directory={_release_dir()}",
-         "--log-level=ERROR"],
-        cwd=course, capture_output=True, text=True,
-    )
-    return {"success": proc.returncode == 0, "log": proc.stdout + proc.stderr}
+        with dask_client(run.cluster, log=log) as client:  # before anything is staged
+            run.record_assignment()
+            if run.collect():
+                run.autograde(client)
+    except ClusterUnavailable as exc:
+        raise GradingError(str(exc)) from None
+    run.feedback()
+    return run.export()
 
 
 def _incidents(autograded: Path) -> str:
@@ -333,15 +465,6 @@ def _incidents(autograded: Path) -> str:
         if count:
             parts.append(f"{count} cell{'s' if count > 1 else ''} {words}")
     return ", ".join(parts)
-
-
-def _first_cause(result: dict) -> str:
-    """The most telling line of a failed nbgrader run's log."""
-    text = f"{result.get('log') or ''}\n{result.get('error') or ''}"
-    lines = [l.strip() for l in text.splitlines() if l.strip()]
-    telling = [l for l in lines if ("Error" in l or "Exception" in l or "Timeout" in l)
-               and "see the the above traceback" not in l and not l.startswith("File ")]
-    return (telling or lines or ["unknown error"])[-1][:200]
 
 
 def _result(gb, lab_id: str, student: str, failure: str | None, feedback: Path | None) -> StudentResult:

@@ -45,9 +45,17 @@ def exercises(nb) -> list[str]:
     return [grade_id(c) for c in nb.cells if c.cell_type == "code" and is_solution(c)]
 
 
+def test_owner(test_id: str, names) -> str | None:
+    """The exercise a test cell belongs to: `test_<exercise>` or `test_<exercise>_<what>`,
+    the longest such name (test_TransformerEncoderBlock_x is TransformerEncoderBlock's,
+    not TransformerEncoder's)."""
+    owners = [n for n in names if test_id == f"test_{n}" or test_id.startswith(f"test_{n}_")]
+    return max(owners, key=len) if owners else None
+
+
 def tests_of(nb, exercise: str) -> list:
-    prefix = f"test_{exercise}"
-    return [c for c in nb.cells if is_autograded_test(c) and grade_id(c).startswith(prefix)]
+    names = exercises(nb)
+    return [c for c in nb.cells if is_autograded_test(c) and test_owner(grade_id(c), names) == exercise]
 
 
 def drop_hidden_tests(source: str) -> str:

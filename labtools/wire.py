@@ -170,6 +170,8 @@ class _Encoder:
             return self._tensor(value, param=isinstance(value, torch.nn.Parameter))
         if isinstance(value, np.ndarray) and value.dtype != object:
             return {"t": "ndarray", "k": self._tensor(torch.from_numpy(np.ascontiguousarray(value)))["k"]}
+        if isinstance(value, np.bool_):  # not a Python bool: a test may need to tell them apart
+            return {"t": "npbool", "v": bool(value)}
         if isinstance(value, np.generic) and not isinstance(value, np.object_):
             return self.encode(value.item())
         if isinstance(value, torch.dtype):
@@ -186,7 +188,8 @@ class _Encoder:
             return {"t": "ellipsis"}
         if type(value) in (tuple, list):
             return {"t": type(value).__name__, "v": [self.encode(v) for v in value]}
-        if type(value) is dict:
+        if type(value) is dict or type(value).__name__ == "OrderedDict" and type(value).__module__ == "collections":
+            # a module's state_dict() is an OrderedDict: it crosses as a plain dict
             return {"t": "dict", "k": [self.encode(k) for k in value], "v": [self.encode(v) for v in value.values()]}
         if isinstance(value, Ref):
             return {"t": "ref", "id": value._id}
@@ -228,6 +231,8 @@ def _decode(tree, tensors, resolve, depth=0):
     if kind == "ndarray":
         t = tensors[tree["k"]]
         return t.float().numpy().astype(np.float32) if t.dtype == torch.bfloat16 else t.numpy().copy()
+    if kind == "npbool":
+        return np.bool_(tree["v"] is True)
     if kind == "float":
         return float(tree["v"]) if tree["v"] in ("nan", "inf", "-inf") else _fail("malformed float")
     if kind == "dtype":
@@ -382,6 +387,75 @@ class Agent:
             target.copy_(value)
         return None
 
+    def _op_backward(self, fn, args, kwargs, grad_output, paths):
+        """Call fn, backpropagate from its result (its sum when grad_output is None) and
+        return (result, {path: gradient or None}) for the tensors of fn at `paths`."""
+        tensors = {path: self._at(fn, path) for path in paths}
+        for tensor in tensors.values():
+            tensor.grad = None
+        result = self._op_call(fn, args, kwargs)
+        if not isinstance(result, torch.Tensor):
+            raise TypeError(f"expected a tensor to backpropagate from, got {type(result).__name__}")
+        if grad_output is None:
+            result.sum().backward()
+        else:
+            result.backward(grad_output)
+        return result, {path: (None if t.grad is None else t.grad.detach().clone()) for path, t in tensors.items()}
+
+    def _op_manual_seed(self, seed):
+        torch.manual_seed(int(seed))
+        return None
+
+    def _op_fill_results(self, fn, args, kwargs, value):
+        """Call fn, then fill each tensor it returned (the result, or the items of a returned
+        tuple or list) with `value`, one at a time, as a caller editing the results would; return
+        (the result as it was returned, for each item the arguments and other results that changed
+        with it, or None for an item that is not a tensor)."""
+        result = self._op_call(fn, args, kwargs)
+        items = list(result) if isinstance(result, (tuple, list)) else [result]
+        returned = [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in items]
+        watched = [(f"argument {i + 1}", a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        watched += [(f"argument {k!r}", a) for k, a in kwargs.items() if isinstance(a, torch.Tensor)]
+        watched += [(f"result {i}", t) for i, t in enumerate(items) if isinstance(t, torch.Tensor)]
+        changed = []
+        for i, item in enumerate(items):
+            if not isinstance(item, torch.Tensor):
+                changed.append(None)
+                continue
+            before = [t.detach().clone() for _, t in watched]
+            try:
+                with torch.no_grad():
+                    item.fill_(value)
+            except RuntimeError as exc:
+                changed.append([f"cannot be written in place ({str(exc)[:200]})"])
+                continue
+            changed.append([name for (name, t), old in zip(watched, before)
+                            if name != f"result {i}" and (t.shape != old.shape or not torch.equal(t.detach(), old))])
+        if isinstance(result, (tuple, list)):
+            returned = tuple(returned) if isinstance(result, tuple) else returned
+        else:
+            returned = returned[0]
+        return returned, changed
+
+    def _op_call_many(self, fn, calls):
+        """Call fn once per [args, kwargs] of `calls`, in order, in one request; return (the
+        results, the inputs the first call that changed one changed: [] when none did)."""
+        results = []
+        for args, kwargs in calls:
+            results.append(self._op_call(fn, args, kwargs))
+            if self._mutated:
+                break
+        mutated, self._mutated = getattr(self, "_mutated", None) or [], []
+        return results, mutated
+
+    @staticmethod
+    def _at(obj, path):
+        for name in path.split("."):
+            obj = getattr(obj, name)
+        if not isinstance(obj, torch.Tensor):
+            raise TypeError(f"{path} is a {type(obj).__name__}, not a tensor")
+        return obj
+
     def serve(self, text):
         """Kernel entry point: a request as base64 text in, a reply as base64 text on stdout."""
         import base64
@@ -418,7 +492,12 @@ class Channel:
             raised = reply_tree["raised"]
             raise _raised_type(raised.get("type", "Exception"), list(raised.get("bases", [])))(
                 str(raised.get("message", "")))
-        value = _decode(reply_tree.get("value"), tensors, self._make_ref)
+        try:
+            value = _decode(reply_tree.get("value"), tensors, self._make_ref)
+        except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as exc:
+            if isinstance(exc, WireError):
+                raise
+            raise WireError(f"malformed reply ({type(exc).__name__})") from None
         mutated = reply_tree.get("mutated")
         if mutated and op == "call":
             raise InputMutated(f"{name_of(args[0])} changed its {', '.join(map(str, mutated))} in place: "
@@ -474,6 +553,36 @@ def is_instance(obj, cls):
 def set_tensor(obj, path, value):
     """Copy `value` into the student's tensor at `path` (e.g. "W_q.weight"), without grad."""
     return obj._channel.request("set_tensor", obj, path, value)
+
+
+def backward(fn, args=(), kwargs=None, grad_output=None, wrt=()):
+    """Call the student's `fn(*args, **kwargs)` where it lives, backpropagate from the result
+    (its sum, or `grad_output`) and return (result, {path: gradient}) for the tensors of `fn`
+    named in `wrt` (e.g. "embedding.weight"); a gradient is None where none reached it."""
+    return fn._channel.request("backward", fn, list(args), dict(kwargs or {}), grad_output, list(wrt))
+
+
+def manual_seed(student, seed):
+    """Seed torch's global generator in the student's process (torch.manual_seed there)."""
+    return student._channel.request("manual_seed", int(seed))
+
+
+def fill_results(fn, args=(), kwargs=None, value=-1):
+    """Call the student's `fn(*args, **kwargs)` where it lives, then fill each tensor it returned
+    with `value`, one at a time, as a caller editing the results would. Returns (the result as it
+    was returned, [for each returned item, what else the fill changed: "argument 1", "result 0",
+    ...]): a result that is a view of an argument, or shares memory with another result, shows there."""
+    return fn._channel.request("fill_results", fn, list(args), dict(kwargs or {}), value)
+
+
+def call_many(fn, calls):
+    """Call the student's `fn` once per (args, kwargs) of `calls`, in order, in one request (many
+    small calls cost one round trip); the list of results. Raises InputMutated as `fn(...)` would."""
+    results, mutated = fn._channel.request("call_many", fn, [[list(a), dict(k or {})] for a, k in calls])
+    if mutated:
+        raise InputMutated(f"{name_of(fn)} changed its {', '.join(map(str, mutated))} in place: "
+                           "leave the inputs as they are (work on a copy, or use out-of-place operations)")
+    return results
 
 
 def type_name(obj):

@@ -7,6 +7,7 @@ the whole content of the exercise's solution cell, as a student would write it.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,16 @@ def _describe(results) -> str:
     return "; ".join(f"{r.grade_id}: {'ok' if r.passed else r.error}" for r in results)
 
 
+_BROKEN = re.compile(r"\b(SyntaxError|IndentationError|ImportError|ModuleNotFoundError)\b|name '(\w+)' is not defined")
+
+
+def _caught(error: str, exercise: str) -> bool:
+    """A test failed because of what the answer computes, not because the fixture itself is
+    broken (a typo, a missing import); a missing or renamed exercise is a real mistake."""
+    match = _BROKEN.search(error)
+    return match is None or match.group(2) == exercise
+
+
 @pytest.mark.parametrize("lab, exercise, fixture", list(_fixture_cases()))
 def test_fixture_scored_as_expected(lab, exercise, fixture):
     results = run_exercise(lab.source_path(), exercise, fixture.read_text())
@@ -37,6 +48,8 @@ def test_fixture_scored_as_expected(lab, exercise, fixture):
         assert earned == possible, f"a correct answer lost points: {_describe(results)}"
     elif fixture.name.startswith("wrong_"):
         assert earned < possible, f"a wrong answer got full marks: {_describe(results)}"
+        assert any(_caught(r.error, exercise) for r in results if not r.passed), \
+            f"the wrong answer loses points only because it does not run (a broken fixture?): {_describe(results)}"
     else:
         pytest.fail(f"fixture names start with correct_ or wrong_: {fixture.name}")
 

@@ -1,4 +1,4 @@
-"""Submissions per minute: sequential autograding against `grade --workers N`.
+"""Submissions per minute: sequential autograding against `grade` on a local Dask cluster.
 
     .venv/bin/python tests/benchmarks/parallel_grading.py [--submissions 40] [--workers 2]
 
@@ -6,8 +6,11 @@ Both runs grade the same class of lab01 submissions (reference answers, the unto
 release and a few common mistakes, in turn) into fresh course directories. The
 sequential run is nbgrader's own `nbgrader autograde <lab> --force` over the whole
 class (one process, one student after another, with the course's nbgrader_config.py:
-sandbox and test guard included); the parallel one is `labtools grade --workers N`,
-which also collects the zip and writes feedback, so its figure is the whole job.
+sandbox and judge included); the parallel one is `labtools grade --workers N` (a local
+Dask cluster of N worker processes), which also collects the zip and writes feedback,
+so its figure is the whole job; its autograde stage alone is given too, and where a
+submission's time goes on the workers (kernel start, setup cell, the notebook's own
+cells, the judged tests, nbgrader's own work, feedback).
 Not a test: run it by hand on a quiet machine and quote both figures and the ratio.
 """
 
@@ -85,12 +88,22 @@ def main() -> None:
     ends = [t for t, _ in stages[1:]] + [start + parallel]
     for (t, msg), end in zip(stages, ends):
         print(f"  {end - t:6.1f} s  {msg.splitlines()[0][:70]}")
+        if msg.startswith("[3/5]"):
+            print(f"  autograde stage against sequential autograde: {sequential / (end - t):.2f}x")
+    per = {k: v / max(graded, 1) for k, v in report.seconds.items()}
+    inside = sum(per.get(k, 0.0) for k in ("kernel start", "setup cell", "notebook cells", "test cells"))
+    print("one submission on a worker, on average:")
+    for phase in ("kernel start", "setup cell", "notebook cells", "test cells"):
+        print(f"  {per.get(phase, 0.0):6.2f} s  {phase}")
+    print(f"  {per.get('autograde', 0.0) - inside:6.2f} s  nbgrader's own work (sanitize, gradebook, files)")
+    print(f"  {per.get('feedback', 0.0):6.2f} s  feedback")
 
 
 def _release_of(course: Path) -> str:
-    """The release folder the grade command generated (one per machine)."""
-    found = sorted(course.glob(f".grading/*/release/{LAB.lab_id}"))
-    return str(found[0].parent.relative_to(course)) if found else "release"
+    """The release folder the grade command generated."""
+    from labtools.grading import RELEASE_DIR
+
+    return RELEASE_DIR
 
 
 if __name__ == "__main__":

@@ -1,0 +1,258 @@
+"""The wire between the judge and the student's kernel (labtools/wire.py) is grader code:
+what crosses must be data, decoding must never run the sender's code, and every reply
+the student's side can forge must either decode to plain data or fail as a WireError."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from labtools import wire
+
+
+def _student(namespace):
+    return wire.Student(wire.LocalChannel(wire.Agent(namespace)))
+
+
+def _identity_student():
+    return _student({"echo": lambda *a, **k: (a, k) if k else (a[0] if len(a) == 1 else a)})
+
+
+@pytest.mark.parametrize("value", [
+    0, -7, 2 ** 62, 1.5, float("inf"), float("-inf"), True, None, "héllo", "",
+    torch.float16, torch.device("cpu"), torch.Size([2, 3]), slice(1, None, 2), Ellipsis,
+    (1, (2, [3, {"a": 4}])), [], {}, {1: "one", "two": 2.0},
+])
+def test_plain_values_round_trip(value):
+    got = _identity_student().echo(value)
+    assert got == value and type(got) is type(value)
+
+
+def test_nan_round_trips_as_a_float():
+    got = _identity_student().echo(float("nan"))
+    assert isinstance(got, float) and got != got
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64,
+                                   torch.int8, torch.uint8, torch.bool, torch.complex64])
+def test_tensors_round_trip_with_dtype_shape_and_values(dtype):
+    x = (torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(0)) * 10).to(dtype)
+    got = _identity_student().echo(x)
+    assert got.dtype == dtype and got.shape == x.shape and torch.equal(got, x)
+    assert got.data_ptr() != x.data_ptr(), "a reply must be a copy, never the sender's storage"
+
+
+def test_non_contiguous_tensors_and_grad_flags_cross():
+    x = torch.arange(24.0).view(2, 3, 4).transpose(0, 2)
+    got = _identity_student().echo(x)
+    assert torch.equal(got, x)
+    p = torch.nn.Parameter(torch.ones(2))
+    got = _identity_student().echo(p)
+    assert isinstance(got, torch.nn.Parameter) and got.requires_grad
+
+
+def test_numpy_arrays_and_scalars_cross_as_numpy():
+    a = np.arange(6, dtype=np.int32).reshape(2, 3)
+    got = _identity_student().echo(a)
+    assert isinstance(got, np.ndarray) and got.dtype == np.int32 and (got == a).all()
+    assert _identity_student().echo(np.float32(2.5)) == 2.5
+
+
+def test_generator_state_crosses():
+    gen = torch.Generator().manual_seed(3)
+    copy = _identity_student().echo(gen)
+    assert torch.equal(torch.rand(4, generator=copy), torch.rand(4, generator=gen))
+
+
+def test_objects_that_are_not_data_stay_behind_refs():
+    layer = torch.nn.Linear(3, 2)
+    student = _student({"layer": layer})
+    ref = student.layer
+    assert isinstance(ref, wire.Ref) and ref.type_name == "Linear"
+    assert wire.is_instance(ref, "torch.nn.Module") and wire.is_instance(ref, torch.nn.Linear)
+    assert not wire.is_instance(ref, "torch.nn.Embedding")
+    assert ref.in_features == 3
+    x = torch.randn(5, 3)
+    assert torch.allclose(ref(x), layer(x))
+    assert torch.equal(ref.weight, layer.weight) and ref.weight.data_ptr() != layer.weight.data_ptr()
+    with pytest.raises(AttributeError):
+        ref.weight = torch.zeros(2, 3)  # writes go through set_tensor, by name
+
+
+def test_set_tensor_writes_into_the_student_module_and_checks_the_shape():
+    layer = torch.nn.Linear(3, 2)
+    ref = _student({"layer": layer}).layer
+    wire.set_tensor(ref, "weight", torch.full((2, 3), 0.5))
+    assert torch.equal(layer.weight.detach(), torch.full((2, 3), 0.5)) and layer.weight.requires_grad
+    with pytest.raises(ValueError, match="shape"):
+        wire.set_tensor(ref, "bias", torch.zeros(3))
+
+
+def test_student_errors_come_back_typed_with_their_message():
+    def broken(x):
+        raise ValueError("bad size")
+
+    class Custom(KeyError):
+        pass
+
+    def custom():
+        raise Custom("mine")
+
+    student = _student({"broken": broken, "custom": custom, "todo": lambda: (_ for _ in ()).throw(NotImplementedError())})
+    with pytest.raises(ValueError, match="bad size") as info:
+        student.broken(1)
+    assert isinstance(info.value, wire.StudentRaised) and info.value.student_type == "ValueError"
+    with pytest.raises(KeyError) as info:
+        student.custom()
+    assert info.value.student_type == "Custom"
+    with pytest.raises(NotImplementedError):
+        student.todo()
+    with pytest.raises(NameError, match="run the cell"):
+        student.missing
+
+
+def test_an_input_changed_in_place_is_reported():
+    student = _student({"scale": lambda x: x.mul_(2), "fine": lambda x: x * 2})
+    x = torch.ones(3)
+    assert torch.equal(student.fine(x), torch.full((3,), 2.0))
+    with pytest.raises(wire.InputMutated, match="argument 1"):
+        student.scale(x)
+    assert torch.equal(x, torch.ones(3)), "the caller's tensor is never the one the student changed"
+
+
+def test_backward_runs_where_the_module_lives_and_returns_its_gradients():
+    emb = torch.nn.Embedding(6, 2)
+
+    class Pick(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = emb
+
+        def forward(self, ids):
+            return self.table(ids)
+
+    module = Pick()
+    ref = _student({"m": module}).m
+    out, grads = wire.backward(ref, (torch.tensor([0, 2, 2]),), wrt=["table.weight"])
+    assert out.shape == (3, 2)
+    g = grads["table.weight"]
+    assert torch.equal(g[:, 0], torch.tensor([1.0, 0, 2, 0, 0, 0]))
+    _, again = wire.backward(ref, (torch.tensor([5]),), grad_output=torch.tensor([[3.0, 3.0]]), wrt=["table.weight"])
+    assert torch.equal(again["table.weight"][:, 1], torch.tensor([0, 0, 0, 0, 0, 3.0])), \
+        "gradients from an earlier call must not accumulate into the next"
+
+    detached = _student({"m": lambda ids: emb(ids).detach().requires_grad_()}).m
+    with pytest.raises(Exception):
+        wire.backward(detached, (torch.tensor([1]),), wrt=["weight"])  # a lambda has no tensor "weight"
+
+
+def test_manual_seed_seeds_the_student_side():
+    student = _student({"draw": lambda: torch.rand(3)})
+    wire.manual_seed(student, 11)
+    first = student.draw()
+    wire.manual_seed(student, 11)
+    assert torch.equal(student.draw(), first)
+
+
+def test_figures_cross_as_what_they_show():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def plot():
+        fig, ax = plt.subplots()
+        ax.imshow(np.eye(3))
+        ax.set_title("weights")
+        return fig
+
+    got = _student({"plot": plot}).plot()
+    assert isinstance(got, wire.Figure) and got.axes[0].title == "weights"
+    assert (got.axes[0].heatmaps[0] == np.eye(3)).all()
+    plt.close("all")
+
+
+# -- what a forged reply can and cannot do ---------------------------------------------------
+class _ForgedChannel(wire.Channel):
+    def __init__(self, reply: bytes):
+        self.reply = reply
+
+    def transfer(self, message):
+        return self.reply
+
+
+def _forged(tree, tensors=None):
+    return wire.pack(tree, tensors or {})
+
+
+@pytest.mark.parametrize("reply", [
+    b"", b"short", struct.pack("<Q", 10 ** 9) + b"{}",
+    b"\x80\x04" + b"x" * 20,  # a pickle's opening bytes
+    struct.pack("<Q", 2) + b"[]",
+    _forged({"value": {"t": "pickle", "v": "gASV"}}),
+    _forged({"value": {"t": "tensor", "k": "missing"}}),
+    _forged({"value": {"t": "dtype", "v": "object"}}),
+    _forged({"value": {"t": "float", "v": "1e308"}}),
+    _forged({"value": [1, 2]}),
+    _forged({"value": {"t": "ref"}}),
+])
+def test_malformed_replies_are_wire_errors(reply):
+    with pytest.raises(wire.WireError):
+        wire.Student(_ForgedChannel(reply)).anything
+
+
+def test_deeply_nested_replies_are_refused():
+    tree = None
+    for _ in range(200):
+        tree = {"t": "list", "v": [tree]}
+    with pytest.raises(wire.WireError, match="deeply"):
+        wire.Student(_ForgedChannel(_forged({"value": tree}))).anything
+
+
+def test_a_reply_cannot_smuggle_a_pickle_in_the_tensor_section():
+    head = json.dumps({"value": {"t": "tensor", "k": "t0"}}).encode()
+    payload = struct.pack("<Q", len(head)) + head + pickle.dumps(torch.ones(2))
+    with pytest.raises(wire.WireError, match="malformed"):
+        wire.Student(_ForgedChannel(payload)).anything
+
+
+def test_oversized_replies_are_refused_before_decoding(monkeypatch):
+    monkeypatch.setattr(wire, "MAX_REPLY_BYTES", 1000)
+    with pytest.raises(wire.WireError, match="larger than the limit"):
+        wire.unpack(b"\0" * 1001)
+
+
+def test_the_judge_side_never_sends_its_own_objects():
+    student = _identity_student()
+    with pytest.raises(wire.WireError, match="cannot send"):
+        student.echo(object())
+
+
+def test_an_endless_generator_is_cut_off():
+    def forever():
+        while True:
+            yield 1
+
+    with pytest.raises(wire.WireError, match="too many"):
+        _student({"stream": forever}).stream()
+
+
+def test_a_state_dict_crosses_as_a_dict_and_loads_back():
+    source, target = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    student = _student({"source": source, "target": target})
+    saved = student.source.state_dict()          # an OrderedDict on the student's side
+    assert type(saved) is dict and set(saved) == {"weight", "bias"}
+    assert torch.equal(saved["weight"], source.weight.detach())
+    student.target.load_state_dict(saved)
+    assert torch.equal(target.weight.detach(), source.weight.detach())
+
+
+def test_a_numpy_bool_stays_a_numpy_bool():
+    got = _identity_student().echo(np.bool_(True))
+    assert type(got) is np.bool_ and bool(got) is True, "a test of 'returns a Python bool' must see what came back"
+    assert _identity_student().echo(True) is True
