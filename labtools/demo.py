@@ -18,30 +18,28 @@ from .grading import GradeReport, grade
 from .labs import REPO_ROOT, Lab
 from .submissions import fill_release
 
-FIXTURES = REPO_ROOT / "tests" / "fixtures"
+ANSWERS = Path(__file__).parent / "demo_answers"  # <lab>.json: {"correct": {...}, "wrong": {...}}
 
 
-def _fixture_answers(lab: Lab, kind: str, pick: int) -> dict[str, str]:
-    """For each exercise, the `pick`-th fixture of that kind ("correct" or "wrong")."""
-    answers = {}
-    for folder in sorted((FIXTURES / lab.lab_id).glob("*")):
-        files = sorted(folder.glob(f"{kind}_*.py"))
-        if files:
-            answers[folder.name] = files[pick % len(files)].read_text()
-    return answers
+def demo_answers(lab: Lab, kind: str) -> dict[str, str]:
+    """For each exercise, an answer of that kind ("correct": another style than the
+    reference; "wrong": a common mistake), as the whole content of its solution cell.
+    tests/test_graders.py grades each of them like a fixture."""
+    path = ANSWERS / f"{lab.lab_id}.json"
+    return dict(json.loads(path.read_text())[kind]) if path.exists() else {}
 
 
 def demo_class(lab: Lab, root: Path = REPO_ROOT) -> dict[str, str]:
     """File name in the LMS zip (Canvas's pattern) -> content."""
     source = nbcells.read(lab.source_path(root))
     release = nbcells.read(lab.release_path(root))
-    wrong = _fixture_answers(lab, "wrong", 0)
+    wrong = demo_answers(lab, "wrong")
     half_wrong = dict(list(wrong.items())[::2])
     files = {
         # reference solutions
         f"lovelaceada_1001_5001_{lab.notebook_name}": fill_release(release, source),
         # correct answers written in other styles
-        f"hoppergrace_1002_5002_{lab.notebook_name}": fill_release(release, source, _fixture_answers(lab, "correct", 1)),
+        f"hoppergrace_1002_5002_{lab.notebook_name}": fill_release(release, source, demo_answers(lab, "correct")),
         # some common mistakes
         f"turingalan_1003_5003_{lab.notebook_name}": fill_release(release, source, half_wrong),
         # handed in untouched

@@ -14,6 +14,17 @@ from labtools.grading import grade
 from labtools.labs import REPO_ROOT, built_labs
 
 
+# Modules whose tests need no kernel, no nbgrader run and no cluster: together they run in
+# well under a minute (`python3 course.py test -m "not slow"`). Every other test is marked slow.
+FAST_MODULES = {"test_wire", "test_nbcells", "test_collect", "test_sanitize", "test_tampering"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module.__name__.rpartition(".")[2] not in FAST_MODULES:
+            item.add_marker(pytest.mark.slow)
+
+
 def course_module():
     """course.py (the stdlib-only bootstrap) imported as a module."""
     spec = importlib.util.spec_from_file_location("course_bootstrap", REPO_ROOT / "course.py")

@@ -136,7 +136,9 @@ def test_attack_does_what_it_claims_against_plain_nbgrader(graded, attack):
 
 def test_reference_answers_get_full_marks_from_the_judge(graded):
     judged, _, report, course, _ = graded
-    assert all(score > 0 for score in judged["reference"].values()), judged["reference"]
+    points = {nbcells.grade_id(c): float(nbcells.nbgrader_meta(c)["points"])
+              for c in nbcells.read(LAB.source_path()).cells if nbcells.is_autograded_test(c)}
+    assert judged["reference"] == points, judged["reference"]  # every test cell, full points
     assert report["reference"].status == "graded", report["reference"].status
     tests = [c for c in _autograded(course, "reference").cells if nbcells.is_autograded_test(c)]
     assert tests and not [o for c in tests for o in c.outputs if o.output_type == "error"]

@@ -1,4 +1,6 @@
-"""Real nbgrader runs: what DESIGN.md calls the tests that matter most.
+"""Real nbgrader runs of each lab's demo class: the tests that matter most (an untouched
+release scores 0 and runs to the end, the reference answers score full marks, mistakes
+lose points, bad files are named).
 
 The demo class (see labtools.demo) is graded once per lab by `graded_class`.
 """
@@ -8,6 +10,7 @@ from __future__ import annotations
 import nbformat
 
 from labtools import judge, nbcells
+from labtools.demo import demo_answers
 
 
 def test_untouched_release_scores_zero_and_runs_to_the_end(graded_class):
@@ -46,9 +49,20 @@ def test_other_correct_styles_get_full_marks_under_nbgrader(graded_class):
 
 
 def test_mistakes_lose_points_under_nbgrader(graded_class):
-    _, _, report = graded_class
+    """turingalan answered every other exercise with a wrong fixture and the rest with the
+    reference: exactly the exercises answered wrongly lose points, each of them some."""
+    lab, _, report = graded_class
     mixed = report.result("turingalan")
-    assert 0 < mixed.auto_score < mixed.auto_max
+    source = nbcells.read(lab.source_path())
+    wrong = set(list(demo_answers(lab, "wrong"))[::2])
+    for exercise in nbcells.exercises(source):
+        tests = [nbcells.grade_id(c) for c in nbcells.tests_of(source, exercise)]
+        earned = sum(mixed.cell_scores[t][0] for t in tests)
+        possible = sum(mixed.cell_scores[t][1] for t in tests)
+        if exercise in wrong:
+            assert earned < possible, f"{exercise}: the wrong answer kept all {possible} points"
+        else:
+            assert earned == possible, f"{exercise}: the reference answer lost points ({earned}/{possible})"
 
 
 def test_renamed_notebook_is_graded_with_a_note(graded_class):

@@ -25,7 +25,6 @@ from labtools.submissions import fill_release
 
 from conftest import make_course, write_zip
 
-pytestmark = pytest.mark.slow
 LAB = get_lab("lab01_attention")
 BIN = Path(sys.executable).parent
 

@@ -83,3 +83,27 @@ def test_a_stub_answer_scores_zero(lab):
         stub = nbcells.stub_solution(cell.source)
         earned, _ = score(run_exercise(lab.source_path(), exercise, stub))
         assert earned == 0, f"{exercise}: a stub earned {earned} points"
+
+
+def _demo_cases():
+    from labtools.demo import demo_answers
+
+    for lab in built_labs():
+        for kind in ("correct", "wrong"):
+            for exercise, answer in demo_answers(lab, kind).items():
+                yield pytest.param(lab, exercise, kind, answer, id=f"{lab.lab_id}/{exercise}/demo-{kind}")
+
+
+@pytest.mark.parametrize("lab, exercise, kind, answer", list(_demo_cases()))
+def test_demo_answers_are_scored_as_their_kind(lab, exercise, kind, answer):
+    """The demo class (labtools/demo_answers) holds answers of its own: they must be what they say."""
+    earned, possible = score(run_exercise(lab.source_path(), exercise, answer))
+    assert (earned == possible) if kind == "correct" else (earned < possible), f"{earned}/{possible}"
+
+
+@pytest.mark.parametrize("lab", built_labs(), ids=lambda lab: lab.lab_id)
+def test_the_demo_class_answers_every_exercise(lab):
+    from labtools.demo import demo_answers
+
+    exercises = set(nbcells.exercises(nbcells.read(lab.source_path())))
+    assert set(demo_answers(lab, "correct")) == exercises == set(demo_answers(lab, "wrong"))
