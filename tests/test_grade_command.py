@@ -41,7 +41,8 @@ def test_missing_submissions_and_wrong_course_dir_are_clear(tmp_path):
     proc = cli("grade", LAB.lab_id, str(tmp_path / "nowhere.zip"))
     assert proc.returncode == 2 and "nowhere.zip: no such file" in proc.stderr
     proc = cli("grade", LAB.lab_id, str(tmp_path), "--course-dir", str(tmp_path))
-    assert proc.returncode == 2 and "is" in proc.stderr and "course directory" in proc.stderr
+    assert proc.returncode == 2 and f"{tmp_path / 'source' / LAB.lab_id / LAB.notebook_name} does not exist: " \
+        f"is {tmp_path} the course directory?" in proc.stderr, proc.stderr
 
 
 def test_damaged_zip_is_refused_before_anything_changes(tmp_path):
@@ -63,6 +64,7 @@ def test_a_broken_resubmission_does_not_replace_a_good_one(tmp_path):
     first = write_zip(tmp_path / "first.zip", {f"ada_1_1_{LAB.notebook_name}": good})
     report = grade(LAB.lab_id, first, course_dir=course, hide_progress=True, log=lambda *a: None)
     before = report.result("ada")
+    assert before.status == "graded" and before.auto_score == before.auto_max > 0, before
     submitted = course / "submitted" / "ada" / LAB.lab_id / LAB.notebook_name
     kept = digest(submitted)
 
