@@ -175,6 +175,11 @@ def execute(nb, timeout: int = 600, env_overrides: dict | None = None, kernel_na
     finally:
         os.environ.clear()
         os.environ.update(saved)
+    # A progress bar's updates arrive as hundreds of outputs: store what a screen shows at
+    # the end (nbconvert's CoalesceStreamsPreprocessor merges them and applies the \r's).
+    from nbconvert.preprocessors import CoalesceStreamsPreprocessor
+
+    nb, _ = CoalesceStreamsPreprocessor().preprocess(nb, {})
     return normalise(nb)
 
 

@@ -19,6 +19,7 @@ import ast
 
 _DYNAMIC_CALLS = {"eval", "exec", "compile", "__import__", "globals", "locals", "vars", "getattr", "attrgetter",
                   "methodcaller", "import_module"}
+_DYNAMIC_METHODS = {"import_module", "attrgetter", "methodcaller", "__import__"}
 _DYNAMIC_NAMES = {"importlib", "__dict__", "__getattribute__", "modules", "__builtins__", "builtins"}
 
 
@@ -123,6 +124,11 @@ def forbidden_calls(sources, entry, targets):
                     found.append(f".{sub.attr} {where} (a dynamic lookup: flagged for review)")
             elif isinstance(sub, ast.Call):
                 callee = sub.func.id if isinstance(sub.func, ast.Name) else getattr(sub.func, "attr", None)
+                # a method of that name is not the built-in: re.compile(...) is not compile(...)
+                if isinstance(sub.func, ast.Attribute) and callee not in _DYNAMIC_METHODS:
+                    dotted = _dotted(sub.func)
+                    if not (dotted and resolve(dotted).startswith(("builtins.", "__builtins__."))):
+                        callee = None
                 if callee in _DYNAMIC_CALLS:
                     literal = (len(sub.args) > 1 and isinstance(sub.args[1], ast.Constant)
                                and isinstance(sub.args[1].value, str) and sub.args[1].value not in leaves)

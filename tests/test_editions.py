@@ -91,3 +91,16 @@ def test_editions_have_what_each_audience_needs(lab):
     outputs = [o for c in solutions.cells if c.cell_type == "code" for o in c.outputs]
     assert any("image/png" in o.get("data", {}) for o in outputs)
     assert not any(o.output_type == "error" for o in outputs)
+
+
+@pytest.mark.parametrize("lab", built_labs(), ids=lambda lab: lab.lab_id)
+def test_stored_solutions_keep_only_what_a_screen_shows(lab):
+    """A progress bar's updates are stored as its final state, not as hundreds of outputs."""
+    nb = nbcells.read(lab.solutions_path())
+    for index, cell in enumerate(nb.cells):
+        outputs = cell.get("outputs", [])
+        streams = [o for o in outputs if o.output_type == "stream"]
+        merged = all(not (a.output_type == b.output_type == "stream" and a.name == b.name)
+                     for a, b in zip(outputs, outputs[1:]))
+        assert merged, f"cell {index}: {len(streams)} stream outputs in a row, not merged"
+        assert not any("\r" in o.text for o in streams), f"cell {index}: carriage returns stored"
