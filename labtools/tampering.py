@@ -73,6 +73,35 @@ def _module_flag(name: str) -> bool:
         name == t or name.startswith(t + ".") for t in _TORCH_INTERNALS)
 
 
+def _plain_names(target) -> list[ast.Name] | None:
+    """The names a binding target binds, when it is a name or a (nested) tuple of names."""
+    if isinstance(target, ast.Name):
+        return [target]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        names = []
+        for element in target.elts:
+            inner = _plain_names(element)
+            if inner is None:
+                return None
+            names += inner
+        return names
+    return None
+
+
+def _string_literals_only(value, iterated: bool = False) -> bool:
+    """Whether every string this expression can give (or, iterated, give element by element) is
+    an ordinary attribute name written in the cell: literals, tuples or lists of them, and
+    conditional expressions choosing between such."""
+    if isinstance(value, ast.IfExp):
+        return _string_literals_only(value.body, iterated) and _string_literals_only(value.orelse, iterated)
+    if isinstance(value, (ast.Tuple, ast.List)):
+        return all(_string_literals_only(e) for e in value.elts)
+    if iterated:
+        return False  # iterating over one string gives its letters: not a name list
+    return isinstance(value, ast.Constant) and isinstance(value.value, str) \
+        and value.value not in _ATTRS and not value.value.startswith("__")
+
+
 class _Reader(ast.NodeVisitor):
     def __init__(self, where: str):
         self.where = where
@@ -81,17 +110,27 @@ class _Reader(ast.NodeVisitor):
         self.safe_loop_names: set[str] = set()  # `for name in ["weight", "bias"]`: ordinary names only
 
     def visit_Module(self, node):
+        # A name is an ordinary attribute name when every binding of it gives it string literals:
+        # `for name in ["weight", "bias"]`, `scale, shift = ("gamma", "beta") if ... else (...)`.
         bound: dict[str, bool] = {}
-        loop_targets = set()
+        literal_targets = set()
         for sub in ast.walk(node):
-            if isinstance(sub, (ast.For, ast.comprehension)) and isinstance(sub.target, ast.Name):
-                safe = isinstance(sub.iter, (ast.List, ast.Tuple)) and all(
-                    isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value not in _ATTRS
-                    and not e.value.startswith("__") for e in sub.iter.elts)
-                bound[sub.target.id] = bound.get(sub.target.id, True) and safe
-                loop_targets.add(id(sub.target))
+            if isinstance(sub, (ast.For, ast.comprehension)):
+                pairs = [(sub.target, sub.iter)]
+            elif isinstance(sub, ast.Assign):
+                pairs = [(target, sub.value) for target in sub.targets]
+            else:
+                continue
+            for target, value in pairs:
+                names = _plain_names(target)
+                if names is None:
+                    continue
+                safe = _string_literals_only(value, iterated=not isinstance(sub, ast.Assign))
+                for name in names:
+                    bound[name.id] = bound.get(name.id, True) and safe
+                    literal_targets.add(id(name))
         for sub in ast.walk(node):
-            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store) and id(sub) not in loop_targets:
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store) and id(sub) not in literal_targets:
                 bound[sub.id] = False  # bound some other way too: could be any string
             elif isinstance(sub, ast.arg):
                 bound[sub.arg] = False

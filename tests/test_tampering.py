@@ -30,6 +30,11 @@ EVERYDAY = {
                                "total = reduce(operator.mul, [2, 3])\n",
     "a class with dunder methods": "class Pair:\n    def __init__(self, a):\n        self.a = a\n"
                                    "    def __repr__(self):\n        return f'{type(self).__name__}({self.a})'\n",
+    "names chosen between literals": "def copy_norm(mine, theirs):\n"
+                                     "    scale, shift = ('gamma', 'beta') if hasattr(mine, 'gamma') else ('weight', 'bias')\n"
+                                     "    setattr(mine, scale, theirs.weight)\n    name = 'bias'\n"
+                                     "    getattr(mine, name)\n"
+                                     "    for a, b in [('weight', 'w'), ('bias', 'b')]:\n        getattr(theirs, b)\n",
     "timing": "import time\nstart = time.perf_counter()\n",
     "rich display": "from IPython.display import HTML, display\nimport IPython.display as d\n"
                     "display(HTML('<b>hi</b>'))\nd.Markdown('x')\n",
@@ -63,6 +68,13 @@ ATTACKS = {
     "importlib": ("import importlib", "import importlib"),
     "a computed getattr on an object": ("n = '__glo' + 'bals__'\ndef f():\n    pass\ngetattr(f, n)",
                                        "getattr(...) with a computed name"),
+    "a literal name rebound to a computed one": ("name = 'weight'\nname = '__glo' + 'bals__'\n"
+                                                 "def f():\n    pass\ngetattr(f, name)",
+                                                 "getattr(...) with a computed name"),
+    "a literal that names frames": ("which = ('f_back', 'f_back') if True else ('x', 'y')\n"
+                                    "def f():\n    pass\ngetattr(f, which[0])",
+                                    "getattr(...) with a computed name"),
+    "letters of a string": ("for c in 'modules':\n    getattr(sys, c)", "getattr(...) with a computed name"),
     "a literal getattr to frames": ("getattr(sys, 'modules')", "getattr(..., 'modules')"),
     "the environment": ("graded = os.environ.get('NBGRADER_EXECUTION')", ".environ"),
     "builtins": ("import builtins\nbuiltins.print = None", "import builtins"),

@@ -256,3 +256,33 @@ def test_a_numpy_bool_stays_a_numpy_bool():
     got = _identity_student().echo(np.bool_(True))
     assert type(got) is np.bool_ and bool(got) is True, "a test of 'returns a Python bool' must see what came back"
     assert _identity_student().echo(True) is True
+
+
+def test_call_method_is_one_round_trip_with_the_same_contract():
+    class Doubler:
+        def __init__(self):
+            self.calls = 0
+
+        def apply(self, x, *, times=2):
+            self.calls += 1
+            return x * times
+
+        def scale_(self, x):
+            return x.mul_(3)
+
+    agent = wire.Agent({"d": Doubler()})
+    channel = wire.LocalChannel(agent)
+    requests = []
+    original = channel.request
+    channel.request = lambda *a: requests.append(a[0]) or original(*a)
+    d = wire.Student(channel).d
+    requests.clear()
+    got = wire.call_method(d, "apply", torch.arange(3.0), times=5)
+    assert torch.equal(got, torch.tensor([0.0, 5.0, 10.0])) and requests == ["call_method"]
+    assert agent.namespace["d"].calls == 1
+    x = torch.ones(2)
+    with pytest.raises(wire.InputMutated, match="scale_ changed its argument 1"):
+        wire.call_method(d, "scale_", x)
+    assert torch.equal(x, torch.ones(2))
+    with pytest.raises(AttributeError, match="nothing"):
+        wire.call_method(d, "nothing")
