@@ -1,4 +1,4 @@
-"""Command line: python -m labtools {build,check,grade,demo}."""
+"""Command line: python -m labtools {build,check,grade,lms-export,demo,site}."""
 
 from __future__ import annotations
 
@@ -74,6 +74,34 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_site(args) -> int:
+    from .site import DEFAULT_OUT, SiteError, build
+
+    try:
+        result = build(_labs(args.labs), out_dir=Path(args.out) if args.out else DEFAULT_OUT,
+                       solutions=False if args.no_solutions else None)
+    except SiteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    kept = "with" if result.solutions else "without"
+    print(f"site built {kept} the worked solutions in {result.seconds:.1f} s: {result.out_dir / 'index.html'}")
+    return 0
+
+
+def cmd_lms_export(args) -> int:
+    from .lms import LmsError, export
+
+    try:
+        result = export(args.lab, Path(args.source), out=Path(args.out) if args.out else None, lms=args.format,
+                        column=args.column, course=Path(args.course_dir), db_url=args.db,
+                        grades_dir=Path(args.grades) if args.grades else None)
+    except LmsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(result.summary())
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="labtools", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -106,9 +134,30 @@ def main(argv=None) -> int:
                    help="grade again the submissions an earlier run already graded from the same file")
     p.set_defaults(func=cmd_grade)
 
+    p = sub.add_parser("lms-export", help="fill the lab's column of the gradebook file exported from Canvas, "
+                       "Moodle or Blackboard, for the LMS to import")
+    p.add_argument("lab", help="lab id, e.g. lab01_attention")
+    p.add_argument("--from", dest="source", required=True, metavar="FILE",
+                   help="the LMS's gradebook export: Canvas's Grades > Export CSV, Moodle's grading worksheet, "
+                   "Blackboard's Work Offline download")
+    p.add_argument("--format", choices=["canvas", "moodle", "blackboard"], help="the LMS (default: told by the file)")
+    p.add_argument("--out", help="the file to import into the LMS (default: grades/<lab>/<lms>_import.<ext>)")
+    p.add_argument("--column", help="the LMS column of this lab, when its title does not name the lab")
+    p.add_argument("--course-dir", default=".", help="nbgrader course directory (default: here)")
+    p.add_argument("--db", help="gradebook SQLAlchemy URL (default: as for grade)")
+    p.add_argument("--grades", help="the grade command's --out folder, if it had one (default: grades/<lab>)")
+    p.set_defaults(func=cmd_lms_export)
+
     p = sub.add_parser("demo", help="build every lab, then autograde a demo class and print its grades")
     p.add_argument("labs", nargs="*")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("site", help="build the course website (Jupyter Book) into build/site/")
+    p.add_argument("labs", nargs="*")
+    p.add_argument("--out", help="output folder, replaced (default: build/site)")
+    p.add_argument("--no-solutions", action="store_true",
+                   help="leave the worked solutions out (default: `solutions` in site/course.yml)")
+    p.set_defaults(func=cmd_site)
 
     args = parser.parse_args(argv)
     try:

@@ -23,12 +23,15 @@ from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
 # the extracted folder. Each gives the student's id and the file the student named.
 STUDENT_PATTERNS = {
     # Canvas "Download submissions": name_[LATE_]userid_submissionid_file.ipynb
-    "canvas": r"(?:.*/)?(?P<student_id>[A-Za-z0-9.\-]+)_(?:LATE_|late_)?\d+_\d+_(?P<file>[^/]+)",
+    "canvas": r"(?:.*/)?(?P<student_id>[A-Za-z0-9.\-]+)_(?:LATE_|late_)?(?P<lms_id>\d+)_\d+_(?P<file>[^/]+)",
     # Moodle: "Full Name_123456_assignsubmission_file_" as a folder or a file prefix
-    "moodle": r"(?:.*/)?(?P<student_id>[^/]+?)_\d+_assignsubmission_file_/?(?P<file>[^/]*)",
+    # (123456 is the participant id of the assignment's grading worksheet)
+    "moodle": r"(?:.*/)?(?P<student_id>[^/]+?)_(?P<lms_id>\d+)_assignsubmission_file_/?(?P<file>[^/]*)",
     # Blackboard: assignment_username_attempt_2024-01-30-15-00-00_file.ipynb
-    "blackboard": r"(?:.*/)?[^/]*?_(?P<student_id>[^_/]+)_attempt_(?P<attempt>[0-9\-]+)_(?P<file>[^/]+)",
+    "blackboard": r"(?:.*/)?[^/]*?_(?P<student_id>(?P<lms_id>[^_/]+))_attempt_(?P<attempt>[0-9\-]+)_(?P<file>[^/]+)",
 }
+# `lms_id` is the id the LMS's own grade files know the student by (Canvas's user id,
+# Moodle's participant id, Blackboard's username): labtools/lms.py matches grades with it.
 JUNK = re.compile(r"(^|/)(__MACOSX/|\.DS_Store$|\._|Thumbs\.db$|\.ipynb_checkpoints/)")
 
 
@@ -39,9 +42,12 @@ class Decision:
     collect: dict[str, str] = field(default_factory=dict)  # extracted path -> student id
     notes: list[tuple[str, str]] = field(default_factory=list)  # (file, what happened)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (file, why)
+    # student id -> (the LMS whose file names gave it, the LMS's id of the student)
+    lms_ids: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps({"collect": self.collect, "notes": self.notes, "skipped": self.skipped}, indent=1)
+        return json.dumps({"collect": self.collect, "notes": self.notes, "skipped": self.skipped,
+                           "lms_ids": self.lms_ids}, indent=1)
 
 
 def clean_student_id(raw: str) -> str:
@@ -65,6 +71,18 @@ def attempt_of(rel: str, custom: str | None = None) -> str:
         if match and match.groupdict().get("attempt"):
             return match.group("attempt")
     return ""
+
+
+def lms_id_of(rel: str, custom: str | None = None) -> tuple[str, str] | None:
+    """(LMS, the LMS's id of the student) from a file's path, by the pattern that names the
+    student (see `student_of`), or None when that pattern has no `lms_id` group."""
+    patterns = ([("custom", custom)] if custom else []) + list(STUDENT_PATTERNS.items())
+    for lms, pattern in patterns:
+        match = re.fullmatch(pattern, rel)
+        if match and match.group("student_id"):
+            found = match.groupdict().get("lms_id")
+            return (lms, found) if found else None
+    return None
 
 
 def restore_hand_in_times(archive: Path, extracted: Path) -> None:
@@ -93,6 +111,16 @@ def restore_hand_in_times(archive: Path, extracted: Path) -> None:
                 os.utime(path, (stamp, stamp))
 
 
+def _named(match) -> str:
+    """The student id a file-name match gives. Moodle's blind marking names every file
+    "Participant_<number>_...": the number is then what tells the students apart."""
+    student = clean_student_id(match.group("student_id"))
+    lms_id = match.groupdict().get("lms_id")
+    if lms_id and student.lower() == "participant":
+        return f"participant_{lms_id}"
+    return student
+
+
 def student_of(rel: str, lab_id: str, flat_dirs: set[str], custom: str | None = None):
     """(student id, the file name the student gave) of a submitted file, or None
     when it cannot be told whose it is.
@@ -106,7 +134,7 @@ def student_of(rel: str, lab_id: str, flat_dirs: set[str], custom: str | None = 
         match = re.fullmatch(pattern, rel)
         if match and match.group("student_id"):
             given = match.groupdict().get("file") or rel.rsplit("/", 1)[-1]
-            return clean_student_id(match.group("student_id")), given
+            return _named(match), given
     parent, _, name = rel.rpartition("/")
     if parent in flat_dirs:
         match = _flat_match(name, lab_id)
@@ -148,6 +176,7 @@ def _flat_dirs(rels: list[str], lab_id: str, wrapper_dirs: set[str]) -> set[str]
 def scan(extracted: Path, lab_id: str, wrapper_dirs: set[str], custom_pattern: str | None = None) -> Decision:
     decision = Decision()
     candidates: dict[str, list[Path]] = {}
+    lms_ids: dict[str, dict[Path, tuple[str, str]]] = {}
     given_names: dict[Path, str] = {}
     expected = f"{lab_id}.ipynb"
     files = [p for p in sorted(extracted.rglob("*")) if p.is_file()
@@ -166,6 +195,9 @@ def scan(extracted: Path, lab_id: str, wrapper_dirs: set[str], custom_pattern: s
                                           "or pass --student-pattern"))
             continue
         student, given_names[path] = found
+        known_as = lms_id_of(rel, custom_pattern)
+        if known_as:
+            lms_ids.setdefault(student, {})[path] = known_as
         problem = _check_notebook(path)
         if problem:
             decision.skipped.append((rel, f"{student}: {problem}"))
@@ -186,6 +218,15 @@ def scan(extracted: Path, lab_id: str, wrapper_dirs: set[str], custom_pattern: s
                 decision.skipped.append((other.relative_to(extracted).as_posix(),
                                          f"{student}: another notebook of this student, "
                                          f"{chosen.name}, was graded instead"))
+    for student, found in lms_ids.items():
+        chosen = next((p for p in found if str(p) in decision.collect), next(iter(found)))
+        decision.lms_ids[student] = found[chosen]
+        if len(set(found.values())) > 1:
+            # two LMS accounts whose names clean to the same student id: never merge them silently
+            decision.notes.append((chosen.relative_to(extracted).as_posix(), (
+                f"{student}: files of {len(set(found.values()))} different LMS accounts "
+                f"({', '.join(sorted(i for _, i in set(found.values())))}) were taken as one student; "
+                "only one notebook was graded: pass --student-pattern to tell them apart")))
     return decision
 
 

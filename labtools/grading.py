@@ -10,7 +10,9 @@ A `GradeRun` goes through explicit stages, each nbgrader's own step:
    result arrives, so an interrupted run resumes where it stopped;
 4. feedback: the HTML the workers made, one file per student;
 5. export: the CSV export plugin, and a report that names every file it could not
-   grade and why, without letting one bad file stop the class.
+   grade and why, without letting one bad file stop the class; the LMS id of each
+   student (lms_ids.csv, for `labtools lms-export`) and the pairs of students whose own
+   code is alike (similarity.csv, labtools/similarity.py).
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ class GradeReport:
     feedback_dir: Path | None = None
     # summed over this run's submissions: where the workers' time went (grade_task.SubmissionResult.seconds)
     seconds: dict[str, float] = field(default_factory=dict)
+    lms_ids: dict[str, tuple[str, str]] = field(default_factory=dict)  # student -> (LMS, its id): collect.Decision
+    similarity: object = None  # similarity.SimilarityReport, when copydetect is installed
 
     def result(self, student: str) -> StudentResult:
         return next(r for r in self.results if r.student == student)
@@ -265,6 +269,7 @@ class GradeRun:
             app.collector_plugin_inst.lab_id = self.lab_id
             app.process_extracted_files()
         self.report.notes, self.report.skipped = decision.notes, decision.skipped
+        self.report.lms_ids = decision.lms_ids
         (downloaded / "collect_report.json").write_text(decision.to_json())
         self.students = sorted(set(decision.collect.values()))
         for rel, why in self.report.skipped:
@@ -403,7 +408,31 @@ class GradeRun:
             CsvExportPlugin(to=str(csv_path), assignment=[self.lab_id], parent=self.api).export(gb)
         self.report.csv_path = csv_path
         _write_problems(self.out / "problems.csv", self.report)
+        if self.report.lms_ids:  # what `labtools lms-export` matches the LMS's gradebook with
+            from .lms import LMS_IDS, save_lms_ids
+
+            save_lms_ids(self.out / LMS_IDS, self.report.lms_ids)
+        self.report.similarity = self.similar()
         return self.report
+
+    def similar(self):
+        """Pairs of students whose own code is alike (labtools/similarity.py): similarity.csv."""
+        try:
+            import copydetect  # noqa: F401
+        except ImportError:
+            self.log("  similar submissions not looked for: copydetect is not installed (pip install copydetect)")
+            return None
+        from . import similarity
+
+        release = self.course / RELEASE_DIR / self.lab_id / self.lab.notebook_name
+        try:
+            report = similarity.similar_submissions(self.course, self.lab_id, release=release)
+        except Exception as exc:  # noqa: BLE001 - the grades are written already; a failed comparison must not hide them
+            self.log(f"  similar submissions not looked for: {type(exc).__name__}: {exc}")
+            return None
+        path = similarity.write_csv(report, self.out / "similarity.csv")
+        self.log(f"  {len(report.pairs)} pair(s) of similar submissions among {len(report.compared)}: {path}")
+        return report
 
 
 def _mark(job) -> dict:

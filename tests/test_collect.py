@@ -87,3 +87,14 @@ def test_a_folder_of_notebooks_keeps_the_files_times(tmp_path):
     collect.restore_hand_in_times(archive, tmp_path / "extracted")
     decision = collect.scan(tmp_path / "extracted", LAB, {""})
     assert [Path(p).name for p in decision.collect] == [f"{LAB} v2.ipynb"]
+
+
+def test_moodle_blind_marking_keeps_the_participants_apart(tmp_path):
+    extracted = tmp_path / "extracted"
+    for number in ("4101", "4102", "4103"):
+        folder = extracted / f"Participant_{number}_assignsubmission_file_"
+        folder.mkdir(parents=True)
+        (folder / f"{LAB}.ipynb").write_text(NB)
+    decision = collect.scan(extracted, LAB, {""})
+    assert sorted(decision.collect.values()) == ["participant_4101", "participant_4102", "participant_4103"]
+    assert decision.lms_ids["participant_4102"] == ("moodle", "4102")

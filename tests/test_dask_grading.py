@@ -95,14 +95,19 @@ class _Cluster:
             client.wait_for_workers(n, timeout=120)
 
     def close(self):
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_processes(self.procs)
+
+
+def stop_processes(procs: list[subprocess.Popen]) -> None:
+    """End processes started with start_new_session=True, with what they started: the last first."""
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 @pytest.fixture
