@@ -48,10 +48,13 @@ def cmd_grade(args) -> int:
     report = grade(args.lab, Path(args.submissions), course_dir=Path(args.course_dir),
                    db_url=args.db, out_dir=Path(args.out) if args.out else None,
                    student_pattern=args.student_pattern, hide_hidden_tests=not args.show_hidden_tests,
-                   workers=args.workers, scheduler=args.scheduler, regrade=args.regrade)
+                   workers=args.workers, scheduler=args.scheduler, regrade=args.regrade,
+                   roster=Path(args.roster) if args.roster else None)
     print(f"\n{report.table()}\n")
     print(f"Grades CSV: {report.csv_path}")
     print(f"Feedback (one HTML per student): {report.feedback_dir}")
+    if report.report_html:
+        print(f"Report (open it in a browser): {report.report_html}")
     if report.skipped:
         print(f"{len(report.skipped)} file(s) not graded; see {report.csv_path.parent / 'problems.csv'}")
     return 0
@@ -132,6 +135,8 @@ def main(argv=None) -> int:
                    "tcp://HOST:8786 (default: c.GradeCluster.scheduler in nbgrader_config.py, else a local cluster)")
     p.add_argument("--regrade", action="store_true",
                    help="grade again the submissions an earlier run already graded from the same file")
+    p.add_argument("--roster", metavar="FILE", help="the LMS's gradebook export (as for lms-export): its students "
+                   "who handed nothing in are listed in report.html (default: the gradebook's students)")
     p.set_defaults(func=cmd_grade)
 
     p = sub.add_parser("lms-export", help="fill the lab's column of the gradebook file exported from Canvas, "

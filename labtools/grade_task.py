@@ -59,6 +59,7 @@ class CellScore:
     max_points: float
     kind: str  # "autograded", "written" (graded by hand) or "task"
     needs_manual_grade: bool = False
+    message: str = ""  # a failed test's message, as its cell's error output says it (the report counts them)
 
 
 @dataclass
@@ -172,7 +173,7 @@ def _grade_in(scratch: Path, job: SubmissionJob) -> SubmissionResult:
         html = scratch / "feedback" / job.student / job.lab_id / f"{job.notebook_name}.html"
         return SubmissionResult(job.student, True, autograded=autograded.read_bytes(),
                                 feedback_html=html.read_bytes() if html.exists() else b"",
-                                cells=_cell_scores(api, job), seconds=seconds)
+                                cells=_cell_scores(api, job, failure_messages(autograded)), seconds=seconds)
     finally:
         for folder in folders:
             shutil.rmtree(folder, ignore_errors=True)
@@ -189,12 +190,36 @@ def _kernel_seconds(autograded: Path) -> dict[str, float]:
         return {}
 
 
-def _cell_scores(api, job: SubmissionJob) -> list[CellScore]:
+def _cell_scores(api, job: SubmissionJob, messages: dict[str, str]) -> list[CellScore]:
     with api.gradebook as gb:
         sub = gb.find_submission_notebook(job.notebook_name, job.lab_id, job.student)
         return [CellScore(g.name, float(g.auto_score or 0.0), float(g.max_score),
                           "autograded" if g.cell.cell_type == "code" else "written",
-                          bool(g.needs_manual_grade)) for g in sub.grades]
+                          bool(g.needs_manual_grade), messages.get(g.name, "")) for g in sub.grades]
+
+
+MAX_MESSAGE = 500  # characters of a failure message kept: a student's exception text can be any size
+
+
+def failure_messages(autograded: Path) -> dict[str, str]:
+    """grade_id -> the message of each graded code cell that ended in an error, read from the
+    autograded notebook's error outputs (the judge's verdict, a timeout, a dead kernel)."""
+    import nbformat
+
+    try:
+        nb = nbformat.read(str(autograded), as_version=4)
+    except (OSError, ValueError):
+        return {}
+    messages = {}
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {}) or {}
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        if cell.cell_type == "code" and meta.get("grade") and meta.get("grade_id") and errors:
+            ename, evalue = str(errors[-1].get("ename", "")), str(errors[-1].get("evalue", ""))
+            # the judge's messages are sentences of their own; a plain kernel error needs its type
+            text = evalue if evalue and (ename in evalue or ename == "AssertionError") else f"{ename}: {evalue}"
+            messages[meta["grade_id"]] = text.strip(" :\n")[:MAX_MESSAGE]
+    return messages
 
 
 def first_cause(result: dict) -> str:

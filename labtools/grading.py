@@ -12,7 +12,8 @@ A `GradeRun` goes through explicit stages, each nbgrader's own step:
 5. export: the CSV export plugin, and a report that names every file it could not
    grade and why, without letting one bad file stop the class; the LMS id of each
    student (lms_ids.csv, for `labtools lms-export`) and the pairs of students whose own
-   code is alike (similarity.csv, labtools/similarity.py).
+   code is alike (similarity.csv, labtools/similarity.py); then the instructor's report of the
+   lab (report.html, labtools/report.py).
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class StudentResult:
     status: str  # "graded" or why not
     feedback: Path | None = None
     cell_scores: dict[str, tuple[float, float]] = field(default_factory=dict)  # grade_id -> (points, max)
+    failures: dict[str, str] = field(default_factory=dict)  # grade_id -> a failed test's message
+    incidents: list[str] = field(default_factory=list)  # what went wrong while the notebook ran, in words
+    seconds: dict[str, float] = field(default_factory=dict)  # phase -> seconds; graded in this run only
 
 
 @dataclass
@@ -68,6 +72,7 @@ class GradeReport:
     seconds: dict[str, float] = field(default_factory=dict)
     lms_ids: dict[str, tuple[str, str]] = field(default_factory=dict)  # student -> (LMS, its id): collect.Decision
     similarity: object = None  # similarity.SimilarityReport, when copydetect is installed
+    report_html: Path | None = None  # report.html (labtools/report.py), once written
 
     def result(self, student: str) -> StudentResult:
         return next(r for r in self.results if r.student == student)
@@ -113,13 +118,14 @@ def nbgrader_config(course: Path, db_url: str | None, hide_hidden_tests: bool = 
         saving = next((i for i, s in enumerate(steps) if getattr(s, "__name__", "") == "SaveAutoGrades"), len(steps))
         steps.insert(saving, NeutralizeStudentContent)
         config.Autograde.autograde_preprocessors = steps
-    if hide_hidden_tests:
-        from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
-        from nbgrader.preprocessors import GetGrades
+    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+    from nbgrader.preprocessors import GetGrades
 
-        from .feedback import HideHiddenTests
+    from .feedback import HideHiddenTests
 
-        config.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]
+    # set either way: the course's nbgrader_config.py hides them, which --show-hidden-tests must undo
+    config.GenerateFeedback.preprocessors = [GetGrades, *([HideHiddenTests] if hide_hidden_tests else []),
+                                             CSSHTMLHeaderPreprocessor]
     if db_url:
         config.CourseDirectory.db_url = db_url
     elif not str(config.CourseDirectory.get("db_url", "")):
@@ -172,6 +178,7 @@ class GradeOptions:
     workers: int = 0  # local worker processes; 0: one per core
     scheduler: str | None = None  # a Dask scheduler's address; None: nbgrader_config.py, else a local cluster
     regrade: bool = False  # grade again submissions already graded from the same file
+    roster: Path | None = None  # the LMS's gradebook export: its students without a submission go in the report
 
 
 class GradeRun:
@@ -220,6 +227,18 @@ class GradeRun:
         return Path(self.lab.notebook_name).stem
 
     # -- checks made before anything is staged ------------------------------------------
+    def check_roster(self) -> None:
+        """A roster the report could not read is refused before anything is graded."""
+        if self.options.roster is None:
+            return
+        from .lms import LmsError
+        from .report import check_roster
+
+        try:
+            check_roster(self.options.roster, self.lab_id)
+        except LmsError as exc:
+            raise GradingError(f"--roster {self.options.roster}: {exc}") from None
+
     def check_sandbox(self) -> None:
         """Decide about the kernels' sandbox here, once: a refusal must come before any grading."""
         from . import cgroups, sandbox
@@ -400,9 +419,18 @@ class GradeRun:
             for student in self.students:
                 copied = feedback_out / f"{student}.html"
                 result = _result(gb, self.lab_id, student, self.failed.get(student), copied if copied.exists() else None)
-                incidents = _incidents(self._autograded(student) / self.lab.notebook_name)
-                if incidents and result.status == "graded":
-                    result.status = "graded; " + incidents
+                autograded = self._autograded(student) / self.lab.notebook_name
+                result.incidents = _incidents(autograded)
+                if result.incidents and result.status == "graded":
+                    result.status = "graded; " + ", ".join(result.incidents)
+                done = self.results.get(student)
+                if done is not None:  # graded in this run: what its task returned
+                    result.seconds = dict(done.seconds)
+                    result.failures = {c.grade_id: c.message for c in done.cells if c.message}
+                elif autograded.exists():  # kept from an earlier run: the same messages, from its notebook
+                    from .grade_task import failure_messages
+
+                    result.failures = failure_messages(autograded)
                 self.report.results.append(result)
             csv_path = self.out / "grades.csv"
             CsvExportPlugin(to=str(csv_path), assignment=[self.lab_id], parent=self.api).export(gb)
@@ -413,7 +441,31 @@ class GradeRun:
 
             save_lms_ids(self.out / LMS_IDS, self.report.lms_ids)
         self.report.similarity = self.similar()
+        self.report.report_html = self.write_report()
         return self.report
+
+    def write_report(self) -> Path | None:
+        """report.html (labtools/report.py); a failure is logged, never hides the grades."""
+        from . import report
+        from .lms import LMS_IDS, LmsError, load_lms_ids
+
+        try:
+            with self.api.gradebook as gb:
+                record = report.read_gradebook(gb, self.lab_id)
+            missing, notes = [], []
+            if self.options.roster is not None:
+                ids = self.out / LMS_IDS
+                try:
+                    missing = report.roster_missing(self.options.roster, self.lab_id,
+                                                    load_lms_ids(ids) if ids.exists() else self.report.lms_ids)
+                except LmsError as exc:
+                    notes.append(f"The roster {self.options.roster} was not used: {exc}")
+            path = report.write(report.summarize(self.report, record, missing, notes), self.out / report.REPORT)
+        except Exception as exc:  # noqa: BLE001 - the grades are written already
+            self.log(f"  report not written: {type(exc).__name__}: {exc}")
+            return None
+        self.log(f"  report: {path}")
+        return path
 
     def similar(self):
         """Pairs of students whose own code is alike (labtools/similarity.py): similarity.csv."""
@@ -443,14 +495,17 @@ def _mark(job) -> dict:
 def grade(lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT, db_url: str | None = None,
           out_dir: Path | None = None, student_pattern: str | None = None,
           hide_progress: bool = False, hide_hidden_tests: bool = True, workers: int = 0,
-          scheduler: str | None = None, regrade: bool = False, log=print) -> GradeReport:
+          scheduler: str | None = None, regrade: bool = False, roster: Path | None = None,
+          log=print) -> GradeReport:
     """Grade a class: collect, autograde on a Dask cluster, feedback, export."""
     from .cluster import ClusterUnavailable, dask_client
 
     run = GradeRun(lab_id, submissions, course_dir, GradeOptions(
         db_url=db_url, out_dir=out_dir, student_pattern=student_pattern, hide_progress=hide_progress,
-        hide_hidden_tests=hide_hidden_tests, workers=workers, scheduler=scheduler, regrade=regrade), log=log)
+        hide_hidden_tests=hide_hidden_tests, workers=workers, scheduler=scheduler, regrade=regrade,
+        roster=Path(roster) if roster else None), log=log)
     run.check_sandbox()
+    run.check_roster()
     try:
         with dask_client(run.cluster, log=log) as client:  # before anything is staged
             run.record_assignment()
@@ -462,12 +517,12 @@ def grade(lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT, db_url: 
     return run.export()
 
 
-def _incidents(autograded: Path) -> str:
+def _incidents(autograded: Path) -> list[str]:
     """What went wrong while the notebook ran, in words: tampering, timeouts, dead kernels."""
     import nbformat
 
     if not autograded.exists():
-        return ""
+        return []
     from .guard import NOTICE
 
     from .restore import restored
@@ -493,7 +548,7 @@ def _incidents(autograded: Path) -> str:
         count = names.count(ename)
         if count:
             parts.append(f"{count} cell{'s' if count > 1 else ''} {words}")
-    return ", ".join(parts)
+    return parts
 
 
 def _result(gb, lab_id: str, student: str, failure: str | None, feedback: Path | None) -> StudentResult:

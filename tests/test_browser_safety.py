@@ -8,6 +8,10 @@ feedback file and formgrader's page for it (a real Jupyter server, as the
 instructor sees it) are opened in Chromium. Every payload would set
 `window.__pwned` or request a `/pwned` URL; neither may happen, and the attack
 text must still be visible as text, so the instructor can see what was tried.
+
+The same formgrader is then used as an instructor uses it: a written answer of this
+submission gets points and a comment through the page, which nbgrader's export and
+regenerated feedback must carry.
 """
 
 from __future__ import annotations
@@ -169,10 +173,12 @@ def formgrader(graded, tmp_path_factory):
     port, token = _free_port(), "browser-test-token"
     home = tmp_path_factory.mktemp("jupyter-home")
     env = dict(os.environ, HOME=str(home), JUPYTER_RUNTIME_DIR=str(home / "runtime"))
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "server", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={course}", "--allow-root"],
-        cwd=course, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log = home / "jupyter-server.log"  # a file, not a pipe: a pipe nobody reads would fill and stall the server
+    with log.open("wb") as err:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "jupyter", "server", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={course}", "--allow-root"],
+            cwd=course, env=env, stdout=subprocess.DEVNULL, stderr=err)
     base = f"http://127.0.0.1:{port}"
     for _ in range(120):
         try:
@@ -180,7 +186,7 @@ def formgrader(graded, tmp_path_factory):
             break
         except OSError:
             if server.poll() is not None:
-                pytest.fail(f"jupyter server did not start: {server.stderr.read().decode()[-2000:]}")
+                pytest.fail(f"jupyter server did not start: {log.read_text(errors='replace')[-2000:]}")
             time.sleep(0.5)
     yield base, token, course
     server.terminate()
@@ -201,3 +207,75 @@ def test_formgrader_page_runs_nothing(formgrader, browser):
     assert "mallory" in text or "Submission" in text, f"formgrader did not show the submission: {text[:300]}"
     assert state is None and not ran, f"student script ran in formgrader: {state} {ran}"
     assert "bold-html" in text and "My answer." in text, "the student's output and answer must still be shown"
+
+
+# -- formgrader as an instructor uses it ------------------------------------------------------
+WRITTEN = "written_scaling"  # one of mallory's written answers (the model answer), 2 points
+COMMENT = "Right about the variance growing with d_k; say why that saturates the softmax."
+# formgrader's page has fetched the cells' grades and comments and bound its inputs to them
+LOADED = "window.formgrader && formgrader.grades && formgrader.grades.loaded && formgrader.comments.loaded"
+
+
+def _nbgrader(course: Path, *args: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, capture_output=True, text=True)
+    assert proc.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+
+
+def test_points_and_comment_given_in_formgrader_reach_the_export_and_the_feedback(formgrader, graded, browser):
+    """The instructor opens Manual Grading, clicks the submission, types points and a comment for a
+    written answer; `nbgrader export` and `nbgrader generate_feedback --force` (README, instructor
+    guide step 3) must then carry both, and the feedback still runs nothing and hides the hidden tests."""
+    import csv
+
+    from nbgrader.api import Gradebook
+
+    base, token, course = formgrader
+    result = graded[1].result("mallory")
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        before = gb.find_submission(LAB.lab_id, "mallory").score
+        assert gb.find_grade(WRITTEN, LAB.lab_id, LAB.lab_id, "mallory").needs_manual_grade
+
+    context = browser.new_context()
+    page = context.new_page()
+    problems = []
+    # formgrader loads MathJax from a CDN: offline (CI, here) only its own script misses it
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}") if "MathJax" not in str(e) else None)
+    page.on("response", lambda r: problems.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None)
+    page.goto(f"{base}/?token={token}")  # logs in: the server sets its cookie
+    page.goto(f"{base}/formgrader/gradebook/{LAB.lab_id}/{LAB.lab_id}")  # Manual Grading > the lab > its notebook
+    page.get_by_role("link", name="Submission #1").click()
+    page.wait_for_function(LOADED)
+    score = page.locator(f"input.score#{WRITTEN}")
+    with page.expect_response(lambda r: "/formgrader/api/grade/" in r.url and r.request.method == "PUT") as saved:
+        score.fill("1.5")
+        score.press("Tab")
+    assert saved.value.ok, saved.value.status
+    comment = page.locator(f"textarea#{WRITTEN}-comment")
+    with page.expect_response(lambda r: "/formgrader/api/comment/" in r.url and r.request.method == "PUT") as saved:
+        comment.fill(COMMENT)
+        comment.press("Tab")
+    assert saved.value.ok, saved.value.status
+    page.reload()  # what the next visit shows: both were kept
+    page.wait_for_function(LOADED)
+    shown = (page.input_value(f"input.score#{WRITTEN}"), page.input_value(f"textarea#{WRITTEN}-comment"))
+    context.close()
+    assert shown == ("1.5", COMMENT)
+    assert not problems, problems
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        cell = gb.find_grade(WRITTEN, LAB.lab_id, LAB.lab_id, "mallory")
+        assert (cell.manual_score, cell.needs_manual_grade) == (1.5, False)
+    # the instructor's next steps, from the course directory
+    _nbgrader(course, "export", "--to", "exported.csv")
+    with (course / "exported.csv").open(newline="") as fh:
+        row = next(r for r in csv.DictReader(fh) if r["student_id"] == "mallory")
+    total = result.auto_max + result.manual_max
+    assert (float(row["score"]), float(row["max_score"])) == (before + 1.5, total)
+    _nbgrader(course, "generate_feedback", LAB.lab_id, "--force")
+    feedback = course / "feedback" / "mallory" / LAB.lab_id / LAB.notebook_name.replace(".ipynb", ".html")
+    ran, state, text = _visit(browser.new_context(), feedback.resolve().as_uri())
+    assert state is None and not ran, f"student script ran in the regenerated feedback: {state} {ran}"
+    words = " ".join(text.split())
+    assert "Written response (Score: 1.5 / 2.0)" in words and COMMENT in words, words[:3000]
+    assert f"(Score: {float(before + 1.5)} / {float(total)})" in words, "the notebook's total, as nbgrader writes it"
+    assert "BEGIN HIDDEN TESTS" not in feedback.read_text(), "feedback regenerated by hand must hide the hidden tests"
