@@ -106,6 +106,9 @@ class GraderSetupError(RuntimeError):
     """A judge cell of the lab itself failed: the lab's bug, not the student's."""
 
 
+_LATE_OUTPUT_SECONDS = 10.0  # ipykernel's own flush timeout
+
+
 class Judge:
     """Runs the tests of one lab's source notebook against one submission."""
 
@@ -235,6 +238,19 @@ class KernelChannel(wire.Channel):
                 break
         text = "".join(chunks)
         line = next((l for l in reversed(text.splitlines()) if l.startswith(wire.REPLY_PREFIX)), None)
+        # On a loaded host ipykernel's output thread can publish the reply after the kernel
+        # has gone idle (its flush timed out): wait a little for it rather than score 0.
+        grace = time.monotonic() + min(_LATE_OUTPUT_SECONDS, max(0.0, self.deadline - time.monotonic()))
+        while line is None and time.monotonic() < grace:
+            try:
+                msg = await kc.get_iopub_msg(timeout=max(0.05, grace - time.monotonic()))
+            except queue.Empty:
+                break
+            if msg.get("parent_header", {}).get("msg_id") == msg_id and msg["msg_type"] == "stream" \
+                    and msg["content"].get("name") == "stdout":
+                chunks.append(msg["content"].get("text", ""))
+                text = "".join(chunks)
+                line = next((l for l in reversed(text.splitlines()) if l.startswith(wire.REPLY_PREFIX)), None)
         if line is None:
             raise wire.WireError("no answer from the notebook's kernel (was it restarted or changed?)")
         try:
