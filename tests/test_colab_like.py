@@ -28,8 +28,9 @@ def colab_kernel(tmp_path_factory):
     """A kernelspec for a clean venv with Colab's preinstalled packages only."""
     python = VENV / "bin" / "python"
     stamp = VENV / ".colab-like"
-    # what the setup cell of the labs installs on Colab, where these are missing
-    extras = sorted({pip for lab in built_labs() for pip in lab.extra_packages.values()})
+    # what the labs install on Colab, where these are missing (setup cell, or the part that needs it)
+    extras = sorted({pip for lab in built_labs()
+                     for pip in [*lab.extra_packages.values(), *lab.optional_packages.values()]})
     wanted = " ".join(COLAB_PACKAGES + extras)
     if not stamp.exists() or stamp.read_text() != wanted:
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
