@@ -38,14 +38,13 @@ def demo_class(lab: Lab, root: Path = REPO_ROOT) -> dict[str, str]:
     files = {
         # reference solutions
         f"lovelaceada_1001_5001_{lab.notebook_name}": fill_release(release, source),
-        # correct answers written in other styles
-        f"hoppergrace_1002_5002_{lab.notebook_name}": fill_release(release, source, demo_answers(lab, "correct")),
         # some common mistakes
         f"turingalan_1003_5003_{lab.notebook_name}": fill_release(release, source, half_wrong),
         # handed in untouched
         f"dijkstraedsger_LATE_1004_5004_{lab.notebook_name}": release,
-        # renamed by the student
-        f"liskovbarbara_1005_5005_Copy_of_{lab.notebook_name}": fill_release(release, source, written=False),
+        # correct answers written in other styles, in a copy the student renamed, written answers left out
+        f"liskovbarbara_1005_5005_Copy_of_{lab.notebook_name}": fill_release(
+            release, source, demo_answers(lab, "correct"), written=False),
     }
     out = {name: nbformat.writes(nb) for name, nb in files.items()}
     out[f"knuthdonald_1006_5006_{lab.notebook_name}"] = json.dumps({"cells": [{"cell_type": "code"}]})[:-7]

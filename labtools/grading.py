@@ -18,11 +18,14 @@ A `GradeRun` goes through explicit stages, each nbgrader's own step:
 
 from __future__ import annotations
 
+import contextlib
 import csv
-import logging
 import hashlib
+import logging
 import json
 import shutil
+import signal
+import threading
 import time
 import warnings
 import zipfile
@@ -342,24 +345,27 @@ class GradeRun:
         # pure=False: a resubmission with the same bytes is still a task of its own
         futures = {client.submit(grade_submission, job, pure=False, key=f"grade-{self.lab_id}-{job.student}-{i}"): job
                    for i, job in enumerate(todo)}
-        try:
-            for future in as_completed(futures):
-                job = futures[future]
-                try:
-                    result = future.result()
-                except Exception as exc:  # noqa: BLE001 - a failed task is this student's problem, not the run's
-                    from .grade_task import LabMismatch
+        with _ctrl_c_noted() as interrupted:
+            try:
+                for future in as_completed(futures):
+                    job = futures[future]
+                    try:
+                        result = future.result()
+                    except Exception as exc:  # noqa: BLE001 - a failed task is this student's problem, not the run's
+                        from .grade_task import LabMismatch
 
-                    if isinstance(exc, LabMismatch):
-                        raise GradingError(str(exc)) from None
-                    self.failed[job.student] = f"grading failed on the cluster: {type(exc).__name__}: {str(exc)[:200]}"
-                else:
-                    self.store(job, result)
-                bar.update()
-        finally:
-            for future in futures:
-                future.cancel()
-            bar.close()
+                        if isinstance(exc, LabMismatch):
+                            raise GradingError(str(exc)) from None
+                        self.failed[job.student] = f"grading failed on the cluster: {type(exc).__name__}: {str(exc)[:200]}"
+                    else:
+                        self.store(job, result)
+                    bar.update()
+                    if interrupted:  # a Ctrl-C that library code swallowed still stops the run here
+                        raise KeyboardInterrupt
+            finally:
+                for future in futures:
+                    future.cancel()
+                bar.close()
 
     def store(self, job, result) -> None:
         """Write one result: the gradebook first, then the files, then the mark that says
@@ -515,6 +521,26 @@ def grade(lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT, db_url: 
         raise GradingError(str(exc)) from None
     run.feedback()
     return run.export()
+
+
+@contextlib.contextmanager
+def _ctrl_c_noted():
+    """Ctrl-C raises KeyboardInterrupt as usual and is also noted in the yielded list, so that
+    the run stops at the next submission even if a library caught the exception (seen under load)."""
+    noted: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+
+    def on_ctrl_c(signum, frame):
+        noted.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        yield noted
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
 
 
 def _incidents(autograded: Path) -> list[str]:

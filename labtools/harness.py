@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,11 +89,13 @@ def _judged(judged, grade_id: str) -> str:
     return "" if verdict.passed else f"{verdict.ename}: {verdict.evalue}"
 
 
-def run_exercise(notebook: Path, exercise: str, answer: str | None = None) -> list[TestResult]:
+def run_exercise(notebook: Path, exercise: str, answer: str | None = None,
+                 stop_when: Callable[[TestResult], bool] | None = None) -> list[TestResult]:
     """Score the tests of `exercise` with `answer` as the content of its solution cell.
 
     `answer=None` keeps the reference solution. Cells after the exercise's last test
-    are not run.
+    are not run, nor, when `stop_when` is given, those after the first test result it
+    accepts (a wrong answer needs one failure that names its mistake, not every one).
     """
     import matplotlib
 
@@ -132,6 +135,8 @@ def run_exercise(notebook: Path, exercise: str, answer: str | None = None) -> li
         if is_test and gid in own:
             points = float(nbcells.nbgrader_meta(cell).get("points", 0))
             results.append(TestResult(gid, points, not error, error))
+            if stop_when is not None and stop_when(results[-1]):
+                break
         if gid == last_test:
             break
     plt.close("all")

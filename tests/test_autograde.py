@@ -44,7 +44,7 @@ def test_reference_solutions_get_full_marks(graded_class):
 def test_other_correct_styles_get_full_marks_under_nbgrader(graded_class):
     """Agreement between the in-process harness and nbgrader on answers in other styles."""
     _, _, report = graded_class
-    alt = report.result("hoppergrace")
+    alt = report.result("liskovbarbara")  # other styles, in a renamed copy
     assert alt.auto_score == alt.auto_max, {g: s for g, s in alt.cell_scores.items() if s[0] != s[1]}
 
 
@@ -80,7 +80,7 @@ def test_bad_files_are_reported_by_name_and_the_rest_graded(graded_class):
     stray = [f for f in skipped if f.endswith("notes.txt")]
     assert stray and "not a Jupyter notebook" in skipped[stray[0]]
     assert {r.student for r in report.results} == {
-        "lovelaceada", "hoppergrace", "turingalan", "dijkstraedsger", "liskovbarbara"}
+        "lovelaceada", "turingalan", "dijkstraedsger", "liskovbarbara"}
     problems = (report.csv_path.parent / "problems.csv").read_text()
     assert "knuthdonald" in problems and "notes.txt" in problems
 
@@ -89,7 +89,7 @@ def test_grades_csv_and_feedback_are_written(graded_class):
     lab, _, report = graded_class
     rows = report.csv_path.read_text().splitlines()
     assert rows[0].startswith("assignment,")
-    assert len(rows) == 1 + 5
+    assert len(rows) == 1 + 4
     for r in report.results:
         assert r.feedback is not None and r.feedback.exists(), r.student
         assert "<html" in r.feedback.read_text()[:2000].lower()
@@ -128,7 +128,7 @@ def test_honest_submissions_do_not_trip_the_test_guard(graded_class):
     from labtools.guard import NOTICE
 
     lab, course, report = graded_class
-    for student in ("lovelaceada", "hoppergrace", "turingalan", "dijkstraedsger", "liskovbarbara"):
+    for student in ("lovelaceada", "turingalan", "dijkstraedsger", "liskovbarbara"):
         assert "tampered" not in report.result(student).status, (student, report.result(student).status)
         nb = nbformat.read(course / "autograded" / student / lab.lab_id / lab.notebook_name, 4)
         notices = [o.text for c in nb.cells for o in c.get("outputs", []) if NOTICE in str(o.get("text", ""))]

@@ -50,12 +50,31 @@ def _submissions_in_gradebook(course: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def local_run(tmp_path_factory):
-    """The reference: the same class graded on the embedded local cluster."""
+def local_graded(tmp_path_factory):
+    """The reference: the class graded on the embedded local cluster of two workers (course, report)."""
     tmp = tmp_path_factory.mktemp("local")
     course = make_course(tmp / "course", [LAB])
     archive = write_zip(tmp / "class.zip", _class(2, 1, 1))
-    return _scores(grade(LAB.lab_id, archive, course_dir=course, hide_progress=True, workers=2, log=lambda *a: None))
+    return course, grade(LAB.lab_id, archive, course_dir=course, hide_progress=True, workers=2, log=lambda *a: None)
+
+
+@pytest.fixture(scope="module")
+def local_run(local_graded):
+    return _scores(local_graded[1])
+
+
+def test_two_local_workers_leave_one_consistent_gradebook(local_graded):
+    course, report = local_graded
+    scores = {r.student: (r.auto_score, r.auto_max, r.status) for r in report.results}
+    top = scores["ok0"][1]
+    assert top > 0
+    assert scores["ok0"] == scores["ok1"] == (top, top, "graded")
+    assert scores["blank0"] == (0.0, top, "graded")
+    assert 0 < scores["wrong0"][0] < top and scores["wrong0"][2] == "graded"
+    assert _submissions_in_gradebook(course) == ["blank0", "ok0", "ok1", "wrong0"]
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        assert sorted(s.id for s in gb.students) == ["blank0", "ok0", "ok1", "wrong0"]
+    assert len(report.csv_path.read_text().splitlines()) == 1 + 4
 
 
 class _Cluster:

@@ -1,5 +1,9 @@
-"""Every lab under nbval: the source (lax: it must run and pass its own tests) and
-the executed solutions (strict: outputs must match what is stored)."""
+"""Every lab's executed solutions under nbval (strict: outputs must match what is stored).
+
+That every lab runs top to bottom and passes all its tests, hidden ones included, with the
+reference answers in fast mode is checked by tests/test_colab_like.py, in the environment a
+student has on Colab (the self-study edition shows every test); running the source under
+`nbval --nbval-lax` as well ran the same cells a third time in CI."""
 
 from __future__ import annotations
 
@@ -22,12 +26,6 @@ def nbval(*args, fast: bool) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--nbval-cell-timeout=600", *args],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True,
     )
-
-
-@pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.lab_id)
-def test_source_runs_and_passes_its_tests(lab):
-    proc = nbval("--nbval-lax", str(lab.source_path().relative_to(REPO_ROOT)), fast=True)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
 
 
 @pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.lab_id)
