@@ -547,11 +547,29 @@ class Student:
         return self._channel.request("get", name)
 
 
+def _plain_class_name(cls):
+    """The qualified name of `cls` (a class or its dotted path) when isinstance against it is a
+    question of the class chain alone (its metaclass is `type`: no ABC registry, no
+    __instancecheck__), else None."""
+    if isinstance(cls, str):
+        module, _, name = cls.rpartition(".")
+        try:
+            cls = getattr(__import__(module, fromlist=[name]), name)
+        except (ImportError, AttributeError, ValueError):
+            return None
+    if type(cls) is not type:
+        return None
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def is_instance(obj, cls):
     """isinstance for the student's objects: `cls` is a class (torch's, or the student's via
     `student.Name`) or its dotted path, e.g. "torch.nn.Linear"."""
     if not isinstance(obj, Ref):
         return isinstance(obj, cls) if isinstance(cls, type) else False
+    plain = _plain_class_name(cls)
+    if plain is not None and obj._mro:
+        return plain in obj._mro  # the handle came with its class chain: no round trip
     if isinstance(cls, type):
         cls = f"{cls.__module__}.{cls.__qualname__}"
     return bool(obj._channel.request("isinstance", obj, cls))

@@ -84,6 +84,41 @@ def test_objects_that_are_not_data_stay_behind_refs():
         ref.weight = torch.zeros(2, 3)  # writes go through set_tensor, by name
 
 
+class _CountingChannel(wire.LocalChannel):
+    def __init__(self, agent):
+        super().__init__(agent)
+        self.ops = []
+
+    def request(self, op, *args):
+        self.ops.append(op)
+        return super().request(op, *args)
+
+
+def test_is_instance_of_a_plain_class_needs_no_round_trip_and_an_abc_asks_the_student():
+    import collections.abc
+
+    class Shape(torch.nn.Module):  # the student's own class
+        pass
+
+    class Table:  # a mapping only by registration, as ABCs allow
+        pass
+
+    collections.abc.Mapping.register(Table)
+
+    channel = _CountingChannel(wire.Agent({"layer": torch.nn.Linear(3, 2), "shape": Shape(),
+                                           "state": Table(), "Shape": Shape}))
+    student = wire.Student(channel)
+    layer, shape, state = student.layer, student.shape, student.state
+    channel.ops.clear()
+    assert wire.is_instance(layer, "torch.nn.Linear") and wire.is_instance(layer, torch.nn.Module)
+    assert not wire.is_instance(layer, "torch.nn.Embedding")
+    assert wire.is_instance(shape, "torch.nn.Module")
+    assert channel.ops == [], channel.ops
+    assert wire.is_instance(shape, student.Shape) and not wire.is_instance(layer, student.Shape)
+    assert wire.is_instance(state, "collections.abc.Mapping")  # an ABC: registered classes count
+    assert "isinstance" in channel.ops
+
+
 def test_set_tensor_writes_into_the_student_module_and_checks_the_shape():
     layer = torch.nn.Linear(3, 2)
     ref = _student({"layer": layer}).layer
