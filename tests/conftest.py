@@ -20,27 +20,10 @@ FAST_MODULES = {"test_wire", "test_nbcells", "test_collect", "test_sanitize", "t
                 "test_cluster", "test_lms", "test_similarity", "test_report", "test_pretrained"}  # test_report marks its own slow tests
 
 
-# With `--dist loadgroup` (.ci/run) an xdist group runs on one worker. A module is one group,
-# because most modules share module- or session-scoped fixtures (a graded class, a venv) that
-# two workers would each build; these share nothing between labs, so each lab is a group.
-SPLIT_BY_LAB = {"test_graders", "test_notebooks", "test_editions", "test_autograde"}
-
-
-def _xdist_group(item, module: str) -> str:
-    if module in SPLIT_BY_LAB:
-        labs = [v for v in getattr(getattr(item, "callspec", None), "params", {}).values()
-                if hasattr(v, "lab_id")]
-        if labs:
-            return f"{module}[{labs[0].lab_id}]"
-    return module
-
-
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        module = item.module.__name__.rpartition(".")[2]
-        if module not in FAST_MODULES:
+        if item.module.__name__.rpartition(".")[2] not in FAST_MODULES:
             item.add_marker(pytest.mark.slow)
-        item.add_marker(pytest.mark.xdist_group(_xdist_group(item, module)))
 
 
 def course_module():
