@@ -148,6 +148,7 @@ class GradingExecute(TestGuard, Execute):
         start = time.monotonic()
         kc = await super().async_start_new_kernel_client()
         if getattr(self, "_judge", None) is not None:  # after a restart too
+            self._judge.channel.reset()
             await self._guard_run(judge.agent_bootstrap(self._agent_module))
         self._add_time("kernel start", start)
         return kc

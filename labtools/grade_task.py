@@ -14,6 +14,7 @@ since grading against other tests would give other grades.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import logging
 import os
@@ -101,6 +102,17 @@ def find_course(job: SubmissionJob) -> Path:
                       "(or set LABTOOLS_COURSE to one)")
 
 
+def _worker_directory() -> str | None:
+    """The Dask worker's own local directory, which Dask removes when the worker closes
+    and purges at the next start after a crash; None outside a worker (the system's temp)."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().local_directory
+    except (ImportError, ValueError):
+        return None
+
+
 def _scratch_course(course: Path, job: SubmissionJob) -> Path:
     """A private course folder for this worker process and lab version, made once."""
     key = (str(course), job.source_hash)
@@ -111,7 +123,8 @@ def _scratch_course(course: Path, job: SubmissionJob) -> Path:
 
     from .grading import nbgrader_config
 
-    scratch = Path(tempfile.mkdtemp(prefix=f"labtools-worker-{job.lab_id}-"))
+    scratch = Path(tempfile.mkdtemp(prefix=f"labtools-worker-{job.lab_id}-", dir=_worker_directory()))
+    atexit.register(shutil.rmtree, scratch, True)  # a worker closed normally; Dask purges a killed one's
     shutil.copytree(course / "source" / job.lab_id, scratch / "source" / job.lab_id)
     if (course / "nbgrader_config.py").exists():
         shutil.copy(course / "nbgrader_config.py", scratch / "nbgrader_config.py")

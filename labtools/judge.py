@@ -106,9 +106,6 @@ class GraderSetupError(RuntimeError):
     """A judge cell of the lab itself failed: the lab's bug, not the student's."""
 
 
-_LATE_OUTPUT_SECONDS = 10.0  # ipykernel's own flush timeout
-
-
 class Judge:
     """Runs the tests of one lab's source notebook against one submission."""
 
@@ -165,6 +162,8 @@ class Judge:
             if type(exc).__name__ == "DeadKernelError":
                 raise  # the grader restarts the kernel and says so in this cell
             return Verdict(grade_id, False, out.getvalue(), *_describe_failure(exc))
+        finally:
+            self.channel.end_test()
         return Verdict(grade_id, True, out.getvalue())
 
 
@@ -190,73 +189,108 @@ class JudgeTimeout(TimeoutError):
 class KernelChannel(wire.Channel):
     """Requests to the Agent in a grading kernel, through nbclient's kernel client.
 
-    `client` is the GradingExecute running the notebook; each request is one silent
-    execution that prints the reply on stdout (base64). A request that outlives the
-    test's deadline interrupts the kernel; a dead kernel raises nbclient's
-    DeadKernelError, which GradingExecute turns into a restart.
+    `client` is the GradingExecute running the notebook. A test holds the kernel in one
+    execution of `Agent.serve`: each request travels as the answer to the kernel's input
+    request and each reply comes back as the next input request's prompt (base64), so a
+    request costs one stdin round trip, not a whole execute_request. `end_test` lets the
+    kernel go. A request that outlives the test's deadline interrupts the kernel; a dead
+    kernel raises nbclient's DeadKernelError, which GradingExecute turns into a restart.
     """
 
     def __init__(self, client, agent_expression: str):
         self.client = client
         self.agent_expression = agent_expression
         self.deadline = float("inf")
+        self._serving: str | None = None  # msg_id of the execution serving this test
 
     def transfer(self, message: bytes) -> bytes:
         from nbclient.util import run_sync
 
         return run_sync(self._transfer)(message)
 
+    def end_test(self) -> None:
+        from nbclient.util import run_sync
+
+        if self._serving is not None:
+            run_sync(self._end)()
+
+    def reset(self) -> None:
+        """The kernel was (re)started: nothing is serving."""
+        self._serving = None
+
     async def _transfer(self, message: bytes) -> bytes:
+        kc = self.client.kc
+        if self._serving is None:
+            self._serving = kc.execute(f"{self.agent_expression}.serve({self.agent_expression}.ask)",
+                                       silent=False, store_history=False, allow_stdin=True)
+            await self._prompt()  # the loop's first, empty prompt: it is listening
+        kc.input(base64.b64encode(message).decode())
+        prompt = await self._prompt()
+        try:
+            return base64.b64decode(prompt, validate=True)
+        except ValueError:
+            await self._abandon()
+            raise wire.WireError("malformed answer from the notebook's kernel") from None
+
+    async def _prompt(self) -> str:
+        """The next input request of the serving loop: what follows REPLY_PREFIX in its prompt."""
         import queue
 
         from nbclient.exceptions import DeadKernelError
 
         kc, km = self.client.kc, self.client.km
-        code = f"{self.agent_expression}.serve({base64.b64encode(message).decode()!r})"
-        msg_id = kc.execute(code, silent=False, store_history=False, allow_stdin=False)
-        chunks, size = [], 0
         while True:
             remaining = self.deadline - time.monotonic()
             if remaining <= 0:
-                await km.interrupt_kernel()
+                await self._abandon()
                 raise JudgeTimeout("your code took longer than the time limit for this test (an endless loop?)")
             try:
-                msg = await kc.get_iopub_msg(timeout=min(1.0, remaining))
+                msg = await kc.get_stdin_msg(timeout=min(0.5, remaining))
             except queue.Empty:
                 if not await km.is_alive():
+                    self._serving = None
                     raise DeadKernelError("the kernel died while the judge was calling your code") from None
+                if await self._loop_ended():
+                    raise wire.WireError("no answer from the notebook's kernel (was it restarted or changed?)")
                 continue
-            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+            if msg.get("parent_header", {}).get("msg_id") != self._serving or msg["msg_type"] != "input_request":
                 continue
-            kind, content = msg["msg_type"], msg["content"]
-            if kind == "stream" and content.get("name") == "stdout":
-                chunks.append(content.get("text", ""))
-                size += len(chunks[-1])
-                if size > 2 * wire.MAX_REPLY_BYTES:
-                    raise wire.WireError("your code printed too much while the judge called it")
-            elif kind == "status" and content.get("execution_state") == "idle":
-                break
-        text = "".join(chunks)
-        line = next((l for l in reversed(text.splitlines()) if l.startswith(wire.REPLY_PREFIX)), None)
-        # On a loaded host ipykernel's output thread can publish the reply after the kernel
-        # has gone idle (its flush timed out): wait a little for it rather than score 0.
-        grace = time.monotonic() + min(_LATE_OUTPUT_SECONDS, max(0.0, self.deadline - time.monotonic()))
-        while line is None and time.monotonic() < grace:
+            prompt = str(msg["content"].get("prompt", ""))
+            if not prompt.startswith(wire.REPLY_PREFIX):  # the student's own input() call
+                await self._abandon()
+                raise wire.WireError("your code asked for input while the judge called it")
+            if len(prompt) > 2 * wire.MAX_REPLY_BYTES:
+                await self._abandon()
+                raise wire.WireError("your code's answer is too large")
+            return prompt[len(wire.REPLY_PREFIX):]
+
+    async def _loop_ended(self, wait: float = 0.0) -> bool:
+        """Drain the serving execution's output; True (and nothing serving) once it is idle."""
+        import queue
+
+        kc = self.client.kc
+        until = time.monotonic() + wait
+        while True:
             try:
-                msg = await kc.get_iopub_msg(timeout=max(0.05, grace - time.monotonic()))
+                msg = await kc.get_iopub_msg(timeout=max(0.0, until - time.monotonic()))
             except queue.Empty:
-                break
-            if msg.get("parent_header", {}).get("msg_id") == msg_id and msg["msg_type"] == "stream" \
-                    and msg["content"].get("name") == "stdout":
-                chunks.append(msg["content"].get("text", ""))
-                text = "".join(chunks)
-                line = next((l for l in reversed(text.splitlines()) if l.startswith(wire.REPLY_PREFIX)), None)
-        if line is None:
-            raise wire.WireError("no answer from the notebook's kernel (was it restarted or changed?)")
-        try:
-            return base64.b64decode(line[len(wire.REPLY_PREFIX):], validate=True)
-        except ValueError:
-            raise wire.WireError("malformed answer from the notebook's kernel") from None
+                return False
+            if msg.get("parent_header", {}).get("msg_id") == self._serving and msg["msg_type"] == "status" \
+                    and msg["content"].get("execution_state") == "idle":
+                self._serving = None
+                return True
+
+    async def _end(self) -> None:
+        self.client.kc.input("")  # an empty request ends the loop
+        if not await self._loop_ended(wait=min(10.0, max(1.0, self.deadline - time.monotonic()))):
+            await self._abandon()
+
+    async def _abandon(self) -> None:
+        """Stop the serving loop whatever it is doing (an interrupt), and wait for it a little."""
+        if self._serving is not None:
+            await self.client.km.interrupt_kernel()
+            await self._loop_ended(wait=5.0)
+        self._serving = None
 
 
 def lab_source_path(config, resources) -> Path | None:
@@ -274,4 +308,5 @@ def lab_source_path(config, resources) -> Path | None:
 def agent_bootstrap(module_name: str) -> str:
     """Code that installs the Agent in a kernel under `sys.modules[module_name].agent`."""
     return (f"(lambda m: (__import__('sys').modules.__setitem__({module_name!r}, m), exec({WIRE_SOURCE!r}, m.__dict__),"
-            f" setattr(m, 'agent', m.Agent(get_ipython().user_ns))))(__import__('types').ModuleType({module_name!r}))")
+            f" setattr(m, 'agent', m.Agent(get_ipython().user_ns)), setattr(m.agent, 'ask', get_ipython().kernel.raw_input)))"
+            f"(__import__('types').ModuleType({module_name!r}))")

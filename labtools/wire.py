@@ -463,14 +463,19 @@ class Agent:
             raise TypeError(f"{path} is a {type(obj).__name__}, not a tensor")
         return obj
 
-    def serve(self, text):
-        """Kernel entry point: a request as base64 text in, a reply as base64 text on stdout."""
+    def serve(self, ask):
+        """Kernel entry point for one test: each request arrives as the answer to an input
+        request (base64) and its reply leaves as the prompt of the next one, until an empty
+        request ends the loop. `ask` is the kernel's raw_input, taken before any student code
+        ran. One stdin round trip per request costs a fraction of an execute_request."""
         import base64
-        import sys
 
-        reply = base64.b64encode(self.handle(base64.b64decode(text))).decode()
-        sys.stdout.write(f"\n{REPLY_PREFIX}{reply}\n")
-        sys.stdout.flush()
+        reply = ""
+        while True:
+            text = ask(REPLY_PREFIX + reply)
+            if not text:
+                return
+            reply = base64.b64encode(self.handle(base64.b64decode(text))).decode()
 
 
 REPLY_PREFIX = "LABTOOLS-REPLY "
@@ -486,6 +491,9 @@ class Channel:
 
     def transfer(self, message):
         raise NotImplementedError
+
+    def end_test(self):
+        """Called when a test is over (a channel that holds the kernel for a test lets it go)."""
 
     def request(self, op, *args):
         encoder = _Encoder(lambda v: (_ for _ in ()).throw(WireError(f"cannot send a {type(v).__name__}")))
