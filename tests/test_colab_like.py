@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 
@@ -35,8 +36,12 @@ def colab_kernel(tmp_path_factory):
     if not stamp.exists() or stamp.read_text() != wanted:
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
         course = course_module()
-        course.install_torch(python)
-        course.pip("install", "--quiet", *COLAB_PACKAGES, *extras, python=python)
+        # no bytecode compiled at install (tens of seconds for torch and transformers): the
+        # notebook compiles what it imports, as a fresh Colab runtime does. (pip's --compile
+        # off; PIP_NO_COMPILE would read inverted.)
+        with mock.patch.dict(os.environ, {"PIP_COMPILE": "0"}):
+            course.install_torch(python)
+            course.pip("install", "--quiet", *COLAB_PACKAGES, *extras, python=python)
         stamp.write_text(wanted)
     probe = subprocess.run(
         [str(python), "-c", "import importlib.util as u; "
