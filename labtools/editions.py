@@ -62,6 +62,26 @@ def clear_outputs(nb) -> None:
 
 # ---------------------------------------------------------------- source
 
+HELPER_LINES = 30  # read-only helper cells longer than this are collapsed
+
+
+def collapse_helper(cell) -> None:
+    """A long read-only helper cell (grade_id given_*) is collapsed in JupyterLab and Colab, out
+    of the reading flow: Colab's form view shows its `# @title` line only, so one is added
+    (from the cell's first sentence) where the cell has none."""
+    meta = nbcells.nbgrader_meta(cell)
+    if (cell.cell_type != "code" or not str(nbcells.grade_id(cell) or "").startswith("given_")
+            or not meta.get("locked") or meta.get("grade") or meta.get("solution")
+            or len(cell.source.splitlines()) <= HELPER_LINES):
+        return
+    first = cell.source.splitlines()[0]
+    if not first.startswith("# @title"):
+        sentence = first.lstrip("# ").split(". ")[0].split(": ")[0].rstrip(".")
+        cell.source = f"# @title {sentence} (read-only; open the cell to read it)\n" + cell.source
+    cell.metadata["cellView"] = "form"
+    cell.metadata["jupyter"] = {"source_hidden": True}
+
+
 def canonical_source(lab: Lab, root: Path = REPO_ROOT):
     """The source notebook with the course setup cell in place and no outputs."""
     path = lab.source_path(root)
@@ -76,6 +96,8 @@ def canonical_source(lab: Lab, root: Path = REPO_ROOT):
             cell.source = pretrained.minilm_cell_source()
             cell.metadata["cellView"] = "form"
             cell.metadata["jupyter"] = {"source_hidden": True}
+    for cell in nb.cells:
+        collapse_helper(cell)
     if judge.uses_judge(nb):
         try:
             handle = nbcells.find_cell(nb, judge.HANDLE_GRADE_ID)
@@ -101,8 +123,9 @@ def make_release(lab: Lab, source_nb, root: Path = REPO_ROOT):
         write(source_nb, course / "source" / lab.lab_id / lab.notebook_name)
         shutil.copy(root / "nbgrader_config.py", course / "nbgrader_config.py")
         proc = subprocess.run(
-            [sys.executable, "-m", "nbgrader", "generate_assignment", lab.lab_id, "--force",
-             "--log-level=WARN"],
+            # nbgrader's command line, started through labtools (see labtools/__init__.py)
+            [sys.executable, "-c", "import labtools; from nbgrader.apps.nbgraderapp import main; main()",
+             "generate_assignment", lab.lab_id, "--force", "--log-level=WARN"],
             cwd=course, capture_output=True, text=True,
         )
         released = course / "release" / lab.lab_id / lab.notebook_name
@@ -118,9 +141,17 @@ def _badge_cell(lab: Lab):
         f'<a href="{lab.colab_url}" target="_parent">'
         '<img src="https://colab.research.google.com/assets/colab-badge.svg" alt="Open In Colab"/></a>\n\n'
         "*Self-study edition: fill in the `YOUR CODE HERE` cells and run the tests below "
-        "each exercise; every test, hidden ones included, is shown. Model answers: "
+        "each exercise; every test, hidden ones included, is shown. Each written answer has a model "
+        "answer folded under it (open it once you have written yours); worked code solutions: "
         f"`solutions/{lab.notebook_name}` in the course repository.*"
     )
+
+
+def _model_answer_cell(source_cell):
+    """The source's model answer (and rubric) to a written question, folded, for self-study."""
+    return nbformat.v4.new_markdown_cell(
+        "<details><summary>Model answer (open it once you have written yours)</summary>\n\n"
+        f"{nbcells.strip_markers(source_cell.source).strip()}\n\n</details>")
 
 
 def _drop_nbgrader_metadata(nb) -> None:
@@ -133,9 +164,14 @@ def _drop_nbgrader_metadata(nb) -> None:
 def make_selfstudy(lab: Lab, source_nb):
     nb = copy.deepcopy(source_nb)
     nb, _ = ClearSolutions().preprocess(nb, {})
-    for cell in nb.cells:
+    cells = []
+    for cell, source_cell in zip(nb.cells, source_nb.cells):
         if nbcells.is_autograded_test(cell):
             cell.source = nbcells.strip_markers(cell.source, (nbcells.BEGIN_HIDDEN, nbcells.END_HIDDEN))
+        cells.append(cell)
+        if cell.cell_type == "markdown" and nbcells.is_solution(source_cell):
+            cells.append(_model_answer_cell(source_cell))
+    nb.cells = cells
     _drop_nbgrader_metadata(nb)
     nb.cells.insert(0, _badge_cell(lab))
     nb.metadata["colab"] = {"provenance": [], "toc_visible": True}

@@ -140,6 +140,15 @@ def _describe_figure(fig):
     return {"axes": axes}
 
 
+def _dense_order(t):
+    """For a non-contiguous tensor that is a permutation of a contiguous one (transpose,
+    permute), the order of dimensions that makes it contiguous; else None."""
+    if t.is_contiguous() or t.dim() < 2 or not t.numel():
+        return None
+    order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
+    return order if t.permute(order).is_contiguous() else None
+
+
 class _Encoder:
     """value -> (JSON tree, {key: tensor}); objects that are not data become refs."""
 
@@ -153,6 +162,10 @@ class _Encoder:
         data = t.detach()
         if data.dtype not in _DATA_DTYPES.values():
             raise WireError(f"tensors of dtype {data.dtype} cannot be sent")
+        order = _dense_order(data)
+        if order is not None:  # a transposed or permuted view crosses as one: the layout is part of the input
+            data = data.permute(order)
+            extra["perm"] = order
         self.tensors[key] = data.to("cpu").contiguous().clone()
         return {"t": "tensor", "k": key, "dev": str(t.device), "rg": bool(t.requires_grad), **extra}
 
@@ -222,6 +235,11 @@ def _decode(tree, tensors, resolve, depth=0):
     sub = lambda v: _decode(v, tensors, resolve, depth + 1)  # noqa: E731
     if kind == "tensor":
         t = tensors[tree["k"]].clone()
+        if "perm" in tree:
+            perm = tree["perm"]
+            if not isinstance(perm, list) or sorted(perm) != list(range(t.dim())):
+                raise WireError("malformed tensor layout")
+            t = t.permute([perm.index(d) for d in range(t.dim())])
         device = str(tree.get("dev", "cpu"))
         if device != "cpu" and _device_available(device):
             t = t.to(device)

@@ -62,10 +62,11 @@ def _filled(lab):
     """The self-study notebook with each stub replaced by the reference solution."""
     source = nbcells.read(lab.source_path())
     nb = copy.deepcopy(nbcells.read(lab.selfstudy_path()))
-    offset = len(nb.cells) - len(source.cells)  # the badge cell(s) at the top
-    for index, cell in enumerate(source.cells):
-        if nbcells.is_solution(cell) and cell.cell_type == "code":
-            target = nb.cells[index + offset]
+    code = [c for c in nb.cells if c.cell_type == "code"]  # the same code cells, in the same order
+    source_code = [c for c in source.cells if c.cell_type == "code"]
+    assert len(code) == len(source_code)
+    for cell, target in zip(source_code, code):
+        if nbcells.is_solution(cell):
             assert "NotImplementedError" in target.source
             target.source = nbcells.strip_markers(cell.source)
     return nb

@@ -10,7 +10,7 @@ import nbformat
 import pytest
 
 from labtools import nbcells
-from labtools.editions import stale_files
+from labtools.editions import collapse_helper, stale_files
 from labtools.labs import REPO_ROOT, built_labs, get_lab
 
 LABS = built_labs()
@@ -83,6 +83,11 @@ def test_editions_have_what_each_audience_needs(lab):
     assert not any("nbgrader" in c.metadata for c in selfstudy.cells)
     n_tests = sum(nbcells.is_autograded_test(c) for c in source.cells)
     assert n_tests > 0
+    # every written answer: the release's blank, then the model answer folded for self-study
+    written = [c for c in source.cells if c.cell_type == "markdown" and nbcells.is_solution(c)]
+    folded = [c for c in selfstudy.cells if c.source.startswith("<details><summary>Model answer")]
+    assert written and len(folded) == len(written)
+    assert all(nbcells.strip_markers(w.source).strip() in f.source for w, f in zip(written, folded))
     # solutions: no stubs, executed, with at least one figure
     assert not any("raise NotImplementedError()" in c.source for c in solutions.cells if c.cell_type == "code")
     outputs = [o for c in solutions.cells if c.cell_type == "code" for o in c.outputs]
@@ -101,3 +106,33 @@ def test_stored_solutions_keep_only_what_a_screen_shows(lab):
                      for a, b in zip(outputs, outputs[1:]))
         assert merged, f"cell {index}: {len(streams)} stream outputs in a row, not merged"
         assert not any("\r" in o.text for o in streams), f"cell {index}: carriage returns stored"
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.lab_id)
+def test_long_helper_cells_are_collapsed_in_jupyterlab_and_colab(lab):
+    """Read-only helpers stay out of the reading flow of the student's editions: collapsed
+    (JupyterLab's source_hidden, Colab's form view), each under a title that says what it is."""
+    for path in (lab.selfstudy_path(), lab.release_path()):
+        nb = nbformat.read(path, as_version=4)
+        long_helpers = [c for c in nb.cells if c.cell_type == "code" and "@title" not in c.source
+                        and len(c.source.splitlines()) > 30 and nbcells.nbgrader_meta(c).get("locked")
+                        and not nbcells.nbgrader_meta(c).get("grade") and not nbcells.nbgrader_meta(c).get("solution")
+                        and nbcells.grade_id(c) != "setup"]
+        assert not long_helpers, [c.source.splitlines()[0] for c in long_helpers]
+        for cell in nb.cells:
+            if cell.metadata.get("cellView") == "form":
+                assert cell.source.startswith("# @title ") and cell.metadata["jupyter"]["source_hidden"]
+
+
+def test_a_long_helper_gets_a_title_from_its_first_sentence():
+    def helper(source):
+        return nbformat.v4.new_code_cell(source, metadata={"nbgrader": {
+            "grade_id": "given_x_helpers", "locked": True, "grade": False, "solution": False}})
+
+    cell = helper("# Helpers for the tests of X: the reference. Read-only.\n" + "x = 1\n" * 40)
+    collapse_helper(cell)
+    assert cell.source.splitlines()[0] == "# @title Helpers for the tests of X (read-only; open the cell to read it)"
+    assert cell.metadata["cellView"] == "form" and cell.metadata["jupyter"] == {"source_hidden": True}
+    short = helper("# A short helper.\nx = 1\n")
+    collapse_helper(short)
+    assert short.source.startswith("# A short helper.") and "cellView" not in short.metadata

@@ -50,7 +50,11 @@ def test_tensors_round_trip_with_dtype_shape_and_values(dtype):
 def test_non_contiguous_tensors_and_grad_flags_cross():
     x = torch.arange(24.0).view(2, 3, 4).transpose(0, 2)
     got = _identity_student().echo(x)
-    assert torch.equal(got, x)
+    assert torch.equal(got, x) and got.stride() == x.stride() and not got.is_contiguous()
+    y = torch.arange(120.0).view(2, 3, 4, 5).permute(2, 0, 3, 1)
+    assert _identity_student().echo(y).stride() == y.stride()
+    sliced = torch.arange(24.0).view(4, 6)[:, ::2]  # not a permutation: crosses as a contiguous copy
+    assert torch.equal(_identity_student().echo(sliced), sliced)
     p = torch.nn.Parameter(torch.ones(2))
     got = _identity_student().echo(p)
     assert isinstance(got, torch.nn.Parameter) and got.requires_grad
@@ -235,6 +239,8 @@ def _forged(tree, tensors=None):
     _forged({"value": {"t": "float", "v": "1e308"}}),
     _forged({"value": [1, 2]}),
     _forged({"value": {"t": "ref"}}),
+    _forged({"value": {"t": "tensor", "k": "a", "perm": [0, 0]}}, {"a": torch.zeros(2, 3)}),
+    _forged({"value": {"t": "tensor", "k": "a", "perm": "10"}}, {"a": torch.zeros(2, 3)}),
 ])
 def test_malformed_replies_are_wire_errors(reply):
     with pytest.raises(wire.WireError):
