@@ -106,6 +106,19 @@ class GraderSetupError(RuntimeError):
     """A judge cell of the lab itself failed: the lab's bug, not the student's."""
 
 
+# What a lab's judge cells compute for themselves (reference models they train, say), kept for
+# the next submission this process grades: one dict per version of those cells. Only judge code
+# writes to it; nothing of a student's reaches the judge's namespace except as data.
+_CACHES: dict[str, dict] = {}
+
+
+def _cache_for(cells) -> dict:
+    import hashlib
+
+    key = hashlib.sha256("\n\0".join(c.source for c in cells).encode()).hexdigest()
+    return _CACHES.setdefault(key, {})
+
+
 class Judge:
     """Runs the tests of one lab's source notebook against one submission."""
 
@@ -117,7 +130,8 @@ class Judge:
         self._order = {id(c): i for i, c in enumerate(source_nb.cells)}
         self._ran = 0
         self._setup_error = ""
-        self.namespace = {"__name__": "__judge__", "student": wire.Student(channel), "labwire": wire}
+        self.namespace = {"__name__": "__judge__", "student": wire.Student(channel), "labwire": wire,
+                          "JUDGE_CACHE": _cache_for(self._cells)}
         sources = [s for s in submission_sources if not s.startswith("# @title How the tests")]
         self.namespace["calls_in_answer"] = lambda entry, targets: source_rules.forbidden_calls(sources, entry, targets)
         self.review = needs_review(source_nb, submission_sources)
