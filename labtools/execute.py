@@ -186,7 +186,7 @@ class GradingExecute(TestGuard, Execute):
                 cell, resources = super(TestGuard, self).preprocess_cell(cell, resources, index)
             except DeadKernelError:
                 return self._after_death(cell, index), resources
-            if self._out_of_memory():
+            if self._out_of_memory() or self._memory_error(cell):
                 return self._after_death(cell, index), resources
             if cell.cell_type == "code":
                 self._ran.append((cell, index))
@@ -197,7 +197,7 @@ class GradingExecute(TestGuard, Execute):
             self.guard_after(cell, role, undone)
         except DeadKernelError:
             return self._after_death(cell, index), resources
-        if self._out_of_memory():
+        if self._out_of_memory() or self._memory_error(cell):
             return self._after_death(cell, index), resources
         if cell.cell_type == "code":
             self._ran.append((cell, index))
@@ -211,6 +211,18 @@ class GradingExecute(TestGuard, Execute):
         if self._oom:
             group.kill()
         return self._oom
+
+    def _memory_error(self, cell) -> bool:
+        """Did the cell fail with MemoryError (an allocation refused by the kernel's address-space
+        limit before the control group's limit was reached)? What it allocated may still be held
+        by the kernel, so every later cell would fail too: restart as after an out-of-memory kill."""
+        failed = cell.cell_type == "code" and any(
+            o.get("output_type") == "error" and o.get("ename") == "MemoryError" for o in cell.get("outputs", []))
+        if failed:
+            self._oom = True
+            cell.outputs = [o for o in cell.outputs if not (o.get("output_type") == "error"
+                                                             and o.get("ename") == "MemoryError")]
+        return failed
 
     def _after_death(self, cell, index):
         self._deaths += 1
