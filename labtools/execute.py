@@ -37,6 +37,10 @@ OUT_OF_MEMORY = (
     "the notebook's processes together used more memory than a grading kernel may ({mb} MiB): the kernel "
     "and its processes were ended, and the notebook went on in a fresh kernel"
 )
+GPU_BROKEN = (
+    "the GPU reported an error that leaves it unusable in this kernel (a device-side assert, an illegal memory "
+    "access: every later use of the GPU would fail too); the notebook went on in a fresh kernel"
+)
 KERNEL_DIED = (
     "the kernel died while running this cell (os._exit, a crash, or out of memory); "
     "the notebook went on in a fresh kernel"
@@ -188,6 +192,8 @@ class GradingExecute(TestGuard, Execute):
                 return self._after_death(cell, index), resources
             if self._out_of_memory() or self._memory_error(cell):
                 return self._after_death(cell, index), resources
+            if self._gpu_broken(cell):
+                return self._after_gpu_error(cell, index), resources
             if cell.cell_type == "code":
                 self._ran.append((cell, index))
             return cell, resources
@@ -199,9 +205,30 @@ class GradingExecute(TestGuard, Execute):
             return self._after_death(cell, index), resources
         if self._out_of_memory() or self._memory_error(cell):
             return self._after_death(cell, index), resources
+        if self._gpu_broken(cell):
+            return self._after_gpu_error(cell, index), resources
         if cell.cell_type == "code":
             self._ran.append((cell, index))
         return cell, resources
+
+    @staticmethod
+    def _gpu_broken(cell) -> bool:
+        """Did the cell (the student's code, or a test calling it) end with a CUDA error? A
+        device-side assert (torch.multinomial given negative probabilities, an index out of
+        range in an embedding) leaves the process's CUDA context unusable: without a restart
+        every later cell that touches the GPU fails, and the exercises after it lose points."""
+        return cell.cell_type == "code" and any(
+            o.get("output_type") == "error" and "CUDA error" in str(o.get("evalue", "")) for o in cell.get("outputs", []))
+
+    def _after_gpu_error(self, cell, index):
+        self._deaths += 1
+        if self._deaths > self.max_kernel_deaths:
+            raise DeadKernelError(f"the kernel was restarted {self._deaths} times; giving up on this notebook")
+        self.log.warning("CUDA error in cell %s; restarting and replaying earlier cells", index)
+        cell.outputs.append(nbformat.v4.new_output("error", ename="GPUError", evalue=GPU_BROKEN,
+                                                   traceback=[f"GPUError: {GPU_BROKEN}"]))
+        self._restart_and_replay()
+        return cell
 
     def _out_of_memory(self) -> bool:
         """Did the kernel's process tree run out of memory in its control group? Then end

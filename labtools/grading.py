@@ -569,7 +569,7 @@ def _incidents(autograded: Path) -> list[str]:
         parts.append(f"needs review by hand: {review} test cell{'s' if review > 1 else ''} not run, because the "
                      "notebook reaches into the grader or the Python runtime (see the notebook)")
     for ename, words in (("CellTimeoutError", "timed out"), ("KernelDied", "killed the kernel"),
-                         ("MemoryError", "ran out of memory"),
+                         ("MemoryError", "ran out of memory"), ("GPUError", "broke the GPU (restarted)"),
                          ("GuardUnavailable", "not scored: the notebook broke the grader's test guard")):
         count = names.count(ename)
         if count:

@@ -90,6 +90,18 @@ def _variants() -> dict[str, str]:
     out["exits"] = broken("import os\nos._exit(1)")
     out["floods"] = broken("for i in range(1_000_000):\n    print(i)")
     out["hogs"] = broken("hog = []\nwhile True:\n    hog.append(bytearray(2**28))")
+    # A device-side CUDA assert leaves the kernel's GPU unusable (every later use fails). Played
+    # on the CPU: the cell that breaks sets GPU_BROKEN, which only a fresh kernel clears (the
+    # replay skips the failed cell), and the later exercises fail while it is set.
+    nb = copy.deepcopy(good)
+    nb.cells[_index(nb, "softmax")].source += "\nGPU_BROKEN = False"
+    nb.cells[_index(nb, "create_causal_mask")].source += (
+        "\nGPU_BROKEN = True\nraise RuntimeError('CUDA error: device-side assert triggered')")
+    for gid in ("plot_attention", "ported_attention"):
+        nb.cells[_index(nb, gid)].source += (
+            f"\n_{gid} = {gid}\n\n\ndef {gid}(*args, **kwargs):\n    if GPU_BROKEN:\n"
+            f"        raise RuntimeError('CUDA error: device-side assert triggered')\n    return _{gid}(*args, **kwargs)")
+    out["gpu_assert"] = nbformat.writes(nb)
     return {f"{student}/{LAB.notebook_name}": text for student, text in out.items()}
 
 
@@ -133,7 +145,7 @@ def test_an_empty_notebook_scores_zero_and_says_why(wild):
 
 
 @pytest.mark.parametrize("student, words", [("loops", "timed out"), ("exits", "killed the kernel"),
-                                            ("hogs", "ran out of memory")])
+                                            ("hogs", "ran out of memory"), ("gpu_assert", "broke the GPU")])
 def test_runaway_code_costs_only_its_own_exercise(wild, student, words):
     result = wild[2][student]
     assert words in result.status
