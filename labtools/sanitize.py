@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 import uuid
 
@@ -63,9 +64,15 @@ def _data_uri_ok(tag, name, value) -> bool:
 def clean_html(element) -> str:
     """`clean_html` filter for nbconvert's templates (replaces nbconvert's own, which
     escapes headings, paragraphs and tables): bleach with an allowlist."""
+    return _clean_text(element.decode() if isinstance(element, bytes) else str(element))
+
+
+@functools.lru_cache(maxsize=8192)
+def _clean_text(text: str) -> str:
+    # A pure function of the text, cached: a grading worker renders the same lab's cells for
+    # every submission, and bleach's parser was most of the time a feedback page took.
     from bleach.css_sanitizer import CSSSanitizer
 
-    text = element.decode() if isinstance(element, bytes) else str(element)
     attributes = dict(ALLOWED_ATTRIBUTES)
     img = attributes.pop("img")
     attributes["img"] = lambda tag, name, value: name in img and _data_uri_ok(tag, name, value)

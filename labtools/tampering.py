@@ -21,7 +21,10 @@ What is flagged, wherever it appears (module level or inside a function):
 - assigning to, or deleting, an attribute of an imported module or of its classes
   (`torch.allclose = ...`, `torch.Tensor.sum = ...`), and `setattr` on one;
 - classes that define `__torch_function__` or `__torch_dispatch__`;
-- the grader's own names (`labwire`, `get_ipython`).
+- the grader's own names (`labwire`, `get_ipython`);
+- the kernel's input channel, which carries the judge's requests and the answers to
+  them: the built-in `input` (a name `input` that is not a parameter or a local
+  variable of the function that uses it), `sys.stdin`, `getpass`.
 """
 
 from __future__ import annotations
@@ -36,13 +39,14 @@ _BY_NAME = {"getattr", "setattr", "delattr"}
 _BY_NAME_OK = {"self", "torch", "torch.nn", "torch.nn.functional"}
 # attributes that lead to frames, modules or the kernel's streams, whatever object they are read from
 _ATTRS = {"modules", "_getframe", "settrace", "setprofile", "f_back", "f_locals", "f_globals", "f_code",
-          "gi_frame", "tb_frame", "stdout", "stderr", "displayhook", "excepthook", "meta_path", "environ",
+          "gi_frame", "tb_frame", "stdin", "stdout", "stderr", "displayhook", "excepthook", "meta_path", "environ",
           "set_custom_exc", "input_transformers_post", "input_transformers_cleanup", "register_magic_function"}
 _MODULES = {
     "ctypes", "gc", "inspect", "importlib", "builtins", "sys", "types", "dis", "code", "codeop", "marshal", "pickle",
     "IPython", "ipykernel", "jupyter_client", "zmq", "traitlets", "threading", "_thread", "multiprocessing",
     "concurrent", "asyncio", "signal", "atexit", "subprocess", "socket", "pty", "faulthandler", "tracemalloc",
     "labtools", "labwire", "nbformat", "nbgrader", "nbclient", "safetensors", "weakref", "operator", "functools",
+    "getpass",
 }
 # `import functools` is everyday code; only its partial/reduce/wraps/lru_cache/cache are, see below
 _MODULE_ATTRS_OK = {"functools": {"partial", "reduce", "wraps", "lru_cache", "cache", "cached_property"},
@@ -102,9 +106,33 @@ def _string_literals_only(value, iterated: bool = False) -> bool:
         and value.value not in _ATTRS and not value.value.startswith("__")
 
 
+def _function_locals(node) -> set[str]:
+    """Names a function (or lambda) binds itself: its parameters and what its own body
+    assigns, imports or defines (not what nested functions bind)."""
+    args = node.args
+    names = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
+    names |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+    todo = list(node.body) if isinstance(node.body, list) else [node.body]
+    while todo:
+        sub = todo.pop()
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+            names.add(sub.id)
+        elif isinstance(sub, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in sub.names)
+        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(sub.name)
+            todo.extend(sub.decorator_list)
+            continue  # a nested scope's own bindings are not this function's
+        if isinstance(sub, ast.Lambda):
+            continue
+        todo.extend(ast.iter_child_nodes(sub))
+    return names
+
+
 class _Reader(ast.NodeVisitor):
     def __init__(self, where: str):
         self.where = where
+        self.scopes: list[set[str]] = []  # the local names of the functions being read, innermost last
         self.modules: dict[str, str] = {}  # local name -> module path, from imports
         self.found: list[str] = []
         self.safe_loop_names: set[str] = set()  # `for name in ["weight", "bias"]`: ordinary names only
@@ -167,6 +195,10 @@ class _Reader(ast.NodeVisitor):
     def visit_Name(self, node):
         if node.id in ("labwire", "__builtins__", "get_ipython"):
             self.flag(node.id, node)
+        elif node.id == "input" and isinstance(node.ctx, ast.Load) and not any("input" in s for s in self.scopes):
+            # a tensor parameter named `input` (torch's own style) is fine; the built-in is the
+            # kernel's stdin, over which the judge sends its requests and reads the answers
+            self.flag("input (the built-in: the kernel's input channel)", node)
 
     def visit_Attribute(self, node):
         if (node.attr.startswith("__") and node.attr.endswith("__") and node.attr not in _DUNDERS_OK) \
@@ -227,9 +259,21 @@ class _Reader(ast.NodeVisitor):
     def visit_FunctionDef(self, node):
         if node.name in _TORCH_HOOKS:
             self.flag(f"defines {node.name}", node)
-        self.generic_visit(node)
+        for outer in node.decorator_list + node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
+            self.visit(outer)  # read in the enclosing scope
+        self.scopes.append(_function_locals(node))
+        for statement in node.body:
+            self.visit(statement)
+        self.scopes.pop()
 
     visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Lambda(self, node):
+        for outer in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
+            self.visit(outer)
+        self.scopes.append(_function_locals(node))
+        self.visit(node.body)
+        self.scopes.pop()
 
 
 def reaches_into_runtime(cells: list[tuple[str, str, bool]]) -> list[str]:

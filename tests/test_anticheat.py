@@ -41,6 +41,10 @@ def _attacks() -> list[str]:
     return sorted(p.stem for p in ATTACKS.glob("*.py"))
 
 
+_BEATS_PLAIN = {name for name in _attacks()
+                if re.search(r"Beats plain nbgrader: yes", (ATTACKS / f"{name}.py").read_text())}
+
+
 def _cells(text: str) -> dict[str, str]:
     """grade_id -> cell source, from the `# %% <grade_id>` sections of a fixture."""
     parts = re.split(r"^# %% (\S+)\n", text, flags=re.M)
@@ -94,7 +98,11 @@ def graded(tmp_path_factory):
     reference = nbformat.writes(fill_release(nbcells.read(LAB.release_path()), nbcells.read(LAB.source_path())))
     judged_course, judged_report = _grade_class(tmp_path_factory.mktemp("judged"),
                                                 {**attacks, "reference": reference}, labtools_on=True)
-    plain_course, _ = _grade_class(tmp_path_factory.mktemp("plain"), {**attacks, **twins}, labtools_on=False)
+    # Plain nbgrader grades every honest twin (the measure), and of the attacks only those whose
+    # claim needs it: the ones that say they beat it, and the leak (its printout is compared
+    # below). An attack that does not claim to beat plain nbgrader is measured against the judge.
+    plainly = {name: text for name, text in attacks.items() if name in _BEATS_PLAIN or name == "leak_hidden_tests"}
+    plain_course, _ = _grade_class(tmp_path_factory.mktemp("plain"), {**plainly, **twins}, labtools_on=False)
     plain = _scores(plain_course)
     for name, twin in twin_of.items():
         plain[f"honest-{name}"] = plain[twin]
@@ -124,14 +132,18 @@ def test_attack_scores_no_more_than_its_honest_twin(graded, attack):
         assert "review" not in report[attack].status, report[attack].status
 
 
-@pytest.mark.parametrize("attack", _attacks())
-def test_attack_does_what_it_claims_against_plain_nbgrader(graded, attack):
+@pytest.mark.parametrize("attack", sorted(_BEATS_PLAIN))
+def test_attack_beats_plain_nbgrader_as_it_claims(graded, attack):
     _, plain, _, _, _ = graded
     honest, cheated = sum(plain[f"honest-{attack}"].values()), sum(plain[attack].values())
-    if _claim((ATTACKS / f"{attack}.py").read_text(), "Beats plain nbgrader"):
-        assert cheated > honest, f"{attack} is no attack: without labtools it gets {cheated}, honestly {honest}"
-    else:
-        assert cheated <= honest, f"{attack} beats plain nbgrader ({cheated} > {honest}): say so in its docstring"
+    assert cheated > honest, f"{attack} is no attack: without labtools it gets {cheated}, honestly {honest}"
+
+
+def test_every_attack_states_its_claims():
+    for attack in _attacks():
+        text = (ATTACKS / f"{attack}.py").read_text()
+        _claim(text, "Beats plain nbgrader")
+        _claim(text, "Flagged for review")
 
 
 def test_reference_answers_get_full_marks_from_the_judge(graded):

@@ -38,6 +38,11 @@ EVERYDAY = {
     "timing": "import time\nstart = time.perf_counter()\n",
     "rich display": "from IPython.display import HTML, display\nimport IPython.display as d\n"
                     "display(HTML('<b>hi</b>'))\nd.Markdown('x')\n",
+    "a parameter named input": "class Block(nn.Module):\n    def forward(self, input, mask=None):\n"
+                                "        return input * 2\n\n\nrelu = lambda input: input.clamp_min(0)\n",
+    "a local named input": "def f(x):\n    input = x + 1\n    return input\n",
+    "a closure over a parameter named input": "def outer(input):\n    def inner():\n        return input\n"
+                                               "    return inner\n",
 }
 
 ATTACKS = {
@@ -62,6 +67,15 @@ ATTACKS = {
     "a dispatch mode": ("import torch.utils._python_dispatch as d", "import torch.utils._python_dispatch"),
     "the kernel's shell": ("get_ipython().set_custom_exc((Exception,), print)", "get_ipython"),
     "the kernel's streams": ("sys.stdout.write('LABTOOLS-REPLY x')", ".stdout"),
+    "the judge's channel": ("def softmax(x, dim=-1):\n    request = input('LABTOOLS-REPLY ' + 'forged')\n    return x",
+                            "input (the built-in"),
+    "the channel under another name": ("ask = input\ndef softmax(x, dim=-1):\n    return ask('x')", "input (the built-in"),
+    "the channel past a parameter of that name": ("def f(input):\n    def g():\n        return 1\n    return input\n"
+                                                  "def h(x):\n    return input(x)", "input (the built-in"),
+    "the channel as a default": ("def f(x, ask=input):\n    return ask(x)", "input (the built-in"),
+    "the channel in a lambda": ("answer = lambda x: input(x)", "input (the built-in"),
+    "stdin": ("sys.stdin.readline()", ".stdin"),
+    "getpass": ("import getpass\ngetpass.getpass('LABTOOLS-REPLY ')", "import getpass"),
     "eval": ("eval('1')", "eval(...)"),
     "exec": ("exec('x = 1')", "exec(...)"),
     "import by name": ("__import__('s' + 'ys')", "__import__(...)"),
