@@ -5,7 +5,8 @@
 The CI machine has no GPU, so a test that catches a tensor left on the CPU only fails
 where the lab picks CUDA. Run this on a GPU machine (it needs torch, transformers,
 nbformat and the lab's other packages, not nbgrader): it scores each fixture of
-tests/fixtures/<lab>/ and tests/fixtures/pending/<lab>/ as tests/test_graders.py does,
+tests/fixtures/<lab>/ and tests/fixtures/pending/<lab>/ (and the demo class's answers) as
+tests/test_graders.py does,
 one process per lab, and prints and writes where a fixture's result differs from its
 name (a correct answer that lost points, a wrong answer at full marks). Not a test.
 """
@@ -24,9 +25,17 @@ sys.path.insert(0, str(REPO))
 FIXTURES = REPO / "tests" / "fixtures"
 
 
-def _fixtures(lab_id: str) -> list[Path]:
-    return [path for folder in (FIXTURES / lab_id, FIXTURES / "pending" / lab_id)
-            for path in sorted(folder.glob("*/*.py"))]
+def _fixtures(lab_id: str) -> list[tuple[str, str, str, bool]]:
+    """(exercise, name, answer, pending) for the lab's fixtures, pending ones, and the demo
+    class's answers (labtools/demo_answers: correct in another style, or a common mistake)."""
+    found = [(path.parent.name, path.stem, path.read_text(), "pending" in path.parts)
+             for folder in (FIXTURES / lab_id, FIXTURES / "pending" / lab_id) for path in sorted(folder.glob("*/*.py"))]
+    demo = REPO / "labtools" / "demo_answers" / f"{lab_id}.json"
+    if demo.exists():
+        answers = json.loads(demo.read_text())
+        found += [(exercise, f"{kind}_demo_answer", text, False)
+                  for kind in ("correct", "wrong") for exercise, text in sorted(answers.get(kind, {}).items())]
+    return found
 
 
 def score_lab(job: tuple[str, int]) -> list[dict]:
@@ -40,19 +49,19 @@ def score_lab(job: tuple[str, int]) -> list[dict]:
     torch.set_num_threads(2)
     source = REPO / "source" / lab_id / f"{lab_id}.ipynb"
     rows = []
-    for path in _fixtures(lab_id)[start_at:]:
-        wrong = path.name.startswith("wrong_")
+    for exercise, name, answer, pending in _fixtures(lab_id)[start_at:]:
+        wrong = name.startswith("wrong_")
         start = time.perf_counter()
         try:
-            results = run_exercise(source, path.parent.name, path.read_text(),
+            results = run_exercise(source, exercise, answer,
                                    stop_when=(lambda r: not r.passed) if wrong else None)
             earned, possible = score(results)
             errors = [f"{r.grade_id}: {r.error}" for r in results if not r.passed]
         except Exception as exc:  # noqa: BLE001 - report it and go on with the next fixture
             earned, possible, errors = 0.0, 1.0, [f"harness: {type(exc).__name__}: {exc}"]
         full = earned == possible
-        rows.append({"lab": lab_id, "exercise": path.parent.name, "fixture": path.stem,
-                     "pending": "pending" in path.parts, "earned": earned, "possible": possible,
+        rows.append({"lab": lab_id, "exercise": exercise, "fixture": name,
+                     "pending": pending, "earned": earned, "possible": possible,
                      "as_expected": full != wrong, "errors": errors[:2],
                      "seconds": round(time.perf_counter() - start, 2)})
         if "CUDA error" in str(errors):
