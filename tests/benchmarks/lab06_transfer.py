@@ -346,7 +346,7 @@ def main():
     add("--sizes", type=int, nargs="+", default=[20, 80, 340], help="numbers of labelled training pairs")
     add("--seeds", type=int, nargs="+", default=[2, 2, 1], help="seeds for each size (one number: the same for all)")
     add("--n-test", type=int, default=60)
-    add("--n-unlabelled", type=int, default=1500, help="unlabelled bills for pre-training (texts only)")
+    add("--n-unlabelled", type=int, default=1000, help="unlabelled bills for pre-training (texts only)")
     add("--objective", choices=["full", "t5"], default="full",
         help="pre-training label: the whole window (full) or T5's sentinels and spans (t5)")
     add("--chunk", type=int, default=32, help="pre-train on windows of this many tokens (0: whole bills)")
@@ -431,7 +431,10 @@ def main():
                     model.load_state_dict(pretrained_state)
                     lr, warmup = lr_pre, warmup_pre
                 losses = train(model, subset, args.steps, pad, args.batch, lr, warmup, seed=seed)
+                evaluation = time.perf_counter()
                 summaries = summarize(model, tokenizer, test_texts, args.max_new_tokens)
+                evaluation = time.perf_counter() - evaluation
+                overlong = np.mean([len(s.split()) > 1.5 * len(r.split()) for s, r in zip(summaries, references)])
                 score = float(np.mean(rouge_l(summaries, references)))
                 run_seconds.append(time.perf_counter() - start)
                 run_cpu.append(time.process_time() - start_cpu)
@@ -440,7 +443,8 @@ def main():
                     finetuned[start_name, seed] = (model, summaries)
                 print(f"  {start_name:<13} {size:>4} pairs, seed {seed}: ROUGE-L {score:.3f}, amount right "
                       f"{results[start_name, size][-1][1]:.2f}, last loss {np.mean(losses[-5:]):.2f}, held-out loss "
-                      f"{held_out_loss(model, test_examples, pad):.2f}, {run_seconds[-1]:.1f} s ({run_cpu[-1]:.1f} s CPU)",
+                      f"{held_out_loss(model, test_examples, pad):.2f}, overlong {overlong:.2f}; {run_seconds[-1]:.1f} s "
+                      f"({run_cpu[-1]:.1f} s CPU; evaluation {evaluation:.1f} s)",
                       flush=True)
     total, total_cpu = time.perf_counter() - clock, time.process_time() - cpu
 
