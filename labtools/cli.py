@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from .labs import LABS_BY_ID, UnknownLabError, built_labs, get_lab
+from .labs import LABS_BY_ID, REPO_ROOT, UnknownLabError, built_labs, get_lab
 
 
 def _labs(ids: list[str]):
@@ -26,6 +26,15 @@ def cmd_build(args) -> int:
         print(f"building {lab.lab_id}")
         build(lab, execute_solutions=not args.no_execute)
         print(f"  done in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+def cmd_schematics(args) -> int:
+    from .schematics import insert
+
+    for lab in _labs(args.labs):
+        insert(lab)
+        print(f"{lab.source_path().relative_to(REPO_ROOT)}: schematic drawn; run `python -m labtools build {lab.lab_id}`")
     return 0
 
 
@@ -113,6 +122,10 @@ def main(argv=None) -> int:
     p.add_argument("labs", nargs="*", help=f"lab ids (default: every lab with a source); known: {', '.join(LABS_BY_ID)}")
     p.add_argument("--no-execute", action="store_true", help="do not execute the solutions")
     p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("schematics", help="draw each lab's schematic into its source notebook (then build)")
+    p.add_argument("labs", nargs="*")
+    p.set_defaults(func=cmd_schematics)
 
     p = sub.add_parser("check", help="fail, naming the files, when a generated edition is out of date")
     p.add_argument("labs", nargs="*")
