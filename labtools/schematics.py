@@ -200,7 +200,7 @@ def t5_finetuning():
     gen = _box(ax, 3.3, 0.4, "at inference: greedy,\nbeam search or sampling")
     rouge = _box(ax, 7.1, 0.0, "summary → ROUGE against\nthe reference (and a fact check)", "note", 8.5)
     _arrow(ax, gen, rouge)
-    ax.text(4.25, 1.35, "encoder and decoder: pre-trained first\n(span corruption), then fine-tuned",
+    ax.text(4.25, 1.35, "encoder and decoder: pre-trained first on\nunlabelled text (denoising), then fine-tuned",
             ha="center", fontsize=8.5, style="italic")
     return fig
 

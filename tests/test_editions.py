@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import re
 import shutil
 import subprocess
 import sys
@@ -9,7 +11,7 @@ import sys
 import nbformat
 import pytest
 
-from labtools import nbcells
+from labtools import nbcells, schematics
 from labtools.editions import collapse_helper, stale_files
 from labtools.labs import REPO_ROOT, built_labs, get_lab
 
@@ -136,3 +138,23 @@ def test_a_long_helper_gets_a_title_from_its_first_sentence():
     short = helper("# A short helper.\nx = 1\n")
     collapse_helper(short)
     assert short.source.startswith("# A short helper.") and "cellView" not in short.metadata
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.lab_id)
+def test_each_lab_has_its_schematic_references_and_rubrics(lab):
+    """Issue 15 item 6: one schematic (an image attachment, so it travels with the notebook) in every
+    edition, a reference list with links, and a rubric for every written answer."""
+    source = nbcells.read(lab.source_path())
+    cell = schematics.schematic_cell(source)
+    assert cell is not None, f"no schematic: run `python -m labtools schematics {lab.lab_id}`"
+    image = base64.b64decode(cell.attachments[schematics.ATTACHMENT]["image/png"])
+    assert image.startswith(b"\x89PNG") and len(image) > 10_000
+    assert f"(attachment:{schematics.ATTACHMENT})" in cell.source
+    for path in (lab.release_path(), lab.selfstudy_path(), lab.solutions_path()):
+        shown = schematics.schematic_cell(nbformat.read(path, as_version=4))
+        assert shown is not None and shown.attachments == cell.attachments, f"{path.name}: schematic missing or stale"
+    references = [c.source for c in source.cells if c.cell_type == "markdown" and c.source.startswith("## References")]
+    assert len(references) == 1 and len(re.findall(r"\]\(https://", references[0])) >= 4, "a reference list with links"
+    written = [c for c in source.cells if c.cell_type == "markdown" and nbcells.is_solution(c)]
+    without = [nbcells.grade_id(c) for c in written if "**Rubric (" not in c.source]
+    assert written and not without, f"written answers without a rubric: {without}"
