@@ -17,6 +17,7 @@ another host.
 
 from __future__ import annotations
 
+import base64
 import filecmp
 import json
 import re
@@ -213,12 +214,20 @@ def _stage_notebook(source: Path, dest: Path) -> None:
     picture served by the site (its page is one folder down from the site's root), and
     code that Jupyter and Colab show folded (the long read-only cells) folded here too."""
     nb = nbformat.read(str(source), as_version=4)
+    dest.parent.mkdir(parents=True, exist_ok=True)
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = _keep_display_maths_whole(cell.source.replace(COLAB_BADGE_URL, "../" + BADGE))
+            # Jupyter Book reads no cell attachments (the lab's schematic): each becomes a file beside the page
+            for name, data in cell.pop("attachments", {}).items():
+                kind, encoded = next(iter(data.items()))
+                if not kind.startswith("image/"):
+                    continue
+                image = f"{dest.stem}-{name}"
+                (dest.parent / image).write_bytes(base64.b64decode(encoded))
+                cell.source = cell.source.replace(f"(attachment:{name})", f"({image})")
         elif cell.metadata.get("jupyter", {}).get("source_hidden"):
             cell.metadata.setdefault("tags", []).append("hide-input")
-    dest.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, str(dest))
 
 

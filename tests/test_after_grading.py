@@ -45,9 +45,14 @@ def test_grade_keeps_lms_ids_flags_the_copy_and_lms_export_writes_the_totals(tmp
     column = rows[0].index("Lab 1: From RNN attention to scaled dot-product attention (40123)")
     written = {row[1]: row[column] for row in rows[3:] if row[column] and row[1] in {"1001", "1002"}}
     autograded = {r.student: r.auto_score for r in report.results}
-    assert written == {"1001": f"{autograded['lovelaceada']:g}", "1002": f"{autograded['hoppergrace']:g}"}
-    assert autograded["lovelaceada"] > 0
-    # both wrote their written answers, which nobody has graded yet: pending, by their points
     written_points = sum(nbcells.nbgrader_meta(c).get("points", 0) for c in SOURCE.cells
                          if c.cell_type == "markdown" and nbcells.nbgrader_meta(c).get("grade"))
+    # the Canvas column is out of 47: a lab with another total is scaled to it, and the export says so
+    lab_max, column_max = report.results[0].auto_max + written_points, float(rows[2][column])
+    scaled = {s: points / lab_max * column_max for s, points in autograded.items()}
+    assert written == {"1001": f"{scaled['lovelaceada']:.2f}".rstrip("0").rstrip("."),
+                       "1002": f"{scaled['hoppergrace']:.2f}".rstrip("0").rstrip(".")}
+    assert (lab_max == column_max) != (f"scaled from the lab's {lab_max:g} points to the LMS column's {column_max:g}" in printed)
+    assert autograded["lovelaceada"] > 0
+    # both wrote their written answers, which nobody has graded yet: pending, by their points
     assert f"hoppergrace ({written_points:g} points)" in printed and "2 student(s) have written answers" in printed
