@@ -21,7 +21,9 @@ What is flagged, wherever it appears (module level or inside a function):
 - assigning to, or deleting, an attribute of an imported module or of its classes
   (`torch.allclose = ...`, `torch.Tensor.sum = ...`), and `setattr` on one;
 - classes that define `__torch_function__` or `__torch_dispatch__`;
-- the grader's own names (`labwire`, `get_ipython`);
+- the grader's own names (`labwire`, `get_ipython`), and the tests' instruments: what a test's
+  stand-in model records about how the student's code called it (`grad_mode_calls`,
+  `watch_grad_mode`, `.grad_enabled`, `.encode_calls`), which live in the kernel beside that code;
 - the kernel's input channel, which carries the judge's requests and the answers to
   them: the built-in `input` (a name `input` that is not a parameter or a local
   variable of the function that uses it), `sys.stdin`, `getpass`.
@@ -64,6 +66,10 @@ _DUNDERS_OK = {"__init__", "__name__", "__qualname__", "__doc__", "__class__", "
                "__enter__", "__exit__", "__contains__", "__add__", "__mul__", "__matmul__", "__post_init__",
                "__annotations__", "__module__", "__file__"}
 _TORCH_HOOKS = {"__torch_function__", "__torch_dispatch__"}
+# Measurements the labs' tests take in the kernel (lab 4's stand-in model, lab 6's grad-mode watch): an
+# answer that reads, resets or rewrites them could hide a graph it recorded or a second encoding.
+_INSTRUMENT_NAMES = {"grad_mode_calls", "watch_grad_mode"}
+_INSTRUMENT_ATTRS = _INSTRUMENT_NAMES | {"grad_enabled", "encode_calls"}
 
 
 _MODULES_OK = ("IPython.display",)  # showing HTML, images, markdown: sanitized, not a way into the grader
@@ -195,6 +201,8 @@ class _Reader(ast.NodeVisitor):
     def visit_Name(self, node):
         if node.id in ("labwire", "__builtins__", "get_ipython"):
             self.flag(node.id, node)
+        elif node.id in _INSTRUMENT_NAMES:
+            self.flag(f"{node.id} (a test's measurement)", node)
         elif node.id == "input" and isinstance(node.ctx, ast.Load) and not any("input" in s for s in self.scopes):
             # a tensor parameter named `input` (torch's own style) is fine; the built-in is the
             # kernel's stdin, over which the judge sends its requests and reads the answers
@@ -204,6 +212,9 @@ class _Reader(ast.NodeVisitor):
         if (node.attr.startswith("__") and node.attr.endswith("__") and node.attr not in _DUNDERS_OK) \
                 or node.attr in _ATTRS:
             self.flag(f".{node.attr}", node)
+            return self.generic_visit(node)
+        if node.attr in _INSTRUMENT_ATTRS:
+            self.flag(f".{node.attr} (a test's measurement)", node)
             return self.generic_visit(node)
         full = self.resolve(_dotted(node))
         if full:
@@ -222,7 +233,7 @@ class _Reader(ast.NodeVisitor):
         elif name in _BY_NAME:
             literal = len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
             base = _dotted(node.args[0]) if node.args else None
-            if literal and node.args[1].value in _ATTRS | _TORCH_HOOKS:
+            if literal and node.args[1].value in _ATTRS | _TORCH_HOOKS | _INSTRUMENT_ATTRS:
                 self.flag(f"{name}(..., {node.args[1].value!r})", node)
             elif not literal and not (base == "self" or self.resolve(base) in _BY_NAME_OK
                                       or (len(node.args) > 1 and isinstance(node.args[1], ast.Name)

@@ -41,6 +41,8 @@ EVERYDAY = {
     "a parameter named input": "class Block(nn.Module):\n    def forward(self, input, mask=None):\n"
                                 "        return input * 2\n\n\nrelu = lambda input: input.clamp_min(0)\n",
     "a local named input": "def f(x):\n    input = x + 1\n    return input\n",
+    "a local named grad_enabled": "def f(x):\n    grad_enabled = torch.is_grad_enabled()\n"
+                                   "    with torch.set_grad_enabled(False):\n        return x * 2\n",
     "a closure over a parameter named input": "def outer(input):\n    def inner():\n        return input\n"
                                                "    return inner\n",
 }
@@ -95,6 +97,17 @@ ATTACKS = {
     "threads": ("import threading", "import threading"),
     "ctypes": ("import ctypes", "import ctypes"),
     "globals": ("globals()['softmax'] = len", "globals(...)"),
+    # a summarize that records graphs, then zeroes the count lab 6's test keeps of it (its honest twin,
+    # the same code without the last two lines, loses the test's points; this one had them all)
+    "a test's measurement reset": ("def summarize(texts, model, tokenizer):\n    out = [model(t) for t in texts]\n"
+                                   "    if hasattr(model, 'grad_mode_calls'):\n        model.grad_mode_calls[0] = 0\n"
+                                   "    return out", ".grad_mode_calls (a test's measurement)"),
+    "a test's measurement restarted": ("def summarize(texts, model, tokenizer):\n    out = [model(t) for t in texts]\n"
+                                       "    watch_grad_mode(model)\n    return out", "watch_grad_mode (a test's measurement)"),
+    "lab 4's encode count": ("def greedy_decode(model, src_ids, *args):\n    model.encode_calls = 1\n    return src_ids",
+                             ".encode_calls (a test's measurement)"),
+    "a measurement by getattr": ("def f(model):\n    getattr(model, 'grad_enabled').clear()",
+                                 "getattr(..., 'grad_enabled')"),
     "a patch inside a function": ("def softmax(x, dim=-1):\n    torch.isfinite = lambda t: True\n    return x",
                                   "changes torch.isfinite"),
 }
