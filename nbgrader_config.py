@@ -29,6 +29,9 @@ from nbgrader.preprocessors import (  # noqa: E402
 )
 
 from labtools.execute import GradingExecute  # noqa: E402
+from labtools.gradebook_schema import use_in_process_version  # noqa: E402
+
+use_in_process_version()  # a new gradebook's schema version without an `alembic` subprocess
 from labtools.sanitize import NeutralizeStudentContent, SafeFeedbackExporter  # noqa: E402
 
 # Tampered nbgrader metadata is put back from the release, and reported, before nbgrader

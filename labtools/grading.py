@@ -95,6 +95,9 @@ class GradeReport:
 
 
 def nbgrader_config(course: Path, db_url: str | None, hide_hidden_tests: bool = True) -> Config:
+    from .gradebook_schema import use_in_process_version
+
+    use_in_process_version()  # no `alembic` subprocess per new gradebook (client and every worker)
     config = Config()
     if (course / "nbgrader_config.py").exists():
         config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
