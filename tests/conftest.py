@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -20,10 +21,59 @@ FAST_MODULES = {"test_wire", "test_nbcells", "test_collect", "test_sanitize", "t
                 "test_cluster", "test_gradebook_schema", "test_lms", "test_similarity", "test_report", "test_pretrained"}  # test_report marks its own slow tests
 
 
+# How the suite is spread over xdist workers (CI: `-n 2 --dist loadscope --no-loadscope-reorder`).
+# A group runs on one worker, so a fixture a module shares (a graded class, a cluster, the
+# Colab-like venv) is made once: every module is one group, except those whose parameters share
+# nothing (one graded demo class, one nbval run per lab) and test_graders, grouped by exercise (the
+# harness runs the cells before an exercise once per process). Groups go out heaviest first, so that the long ones do not start last: with
+# loadscope's own order (most tests first), the six nbval runs (lab 6's alone 265 s) came last and
+# one worker idled for minutes. Weights are seconds measured in CI (stop 24); only their order
+# matters, and a module missing here weighs a second per test. (xdist's own `loadgroup` cannot be
+# used: with this pytest its group marks do not reach the scheduler.)
+SPLIT_BY_LAB = {"test_notebooks", "test_autograde"}
+BY_EXERCISE = {"test_graders"}
+WEIGHTS = {
+    "test_anticheat": 330, "test_colab_like": 320, "test_dask_grading": 300, "test_notebooks[lab06_t5]": 265,
+    "test_submissions_in_the_wild": 175, "test_autograde[lab06_t5]": 136, "test_postgres_gradebook": 115,
+    "test_metadata": 105, "test_autograde[lab04_blocks]": 91, "test_slurm_grading": 75, "test_report": 70,
+    "test_autograde[lab03_positional]": 68, "test_autograde[lab05_variants]": 64, "test_browser_safety": 62,
+    "test_sandbox": 59, "test_autograde[lab02_multihead]": 57, "test_grade_command": 55,
+    "test_process_tree_limits": 54, "test_autograde[lab01_attention]": 50, "test_after_grading": 42,
+    "test_notebooks[lab05_variants]": 38, "test_notebooks[lab04_blocks]": 33,
+}
+
+
+def xdist_group(nodeid: str) -> str:
+    """The group a test runs in: its module, or its module and lab, or its module and exercise."""
+    module = Path(nodeid.split("::")[0]).stem
+    exercise = re.search(r"\[(lab\d\d_[a-z0-9]+/[A-Za-z0-9_]+)", nodeid)
+    if module in BY_EXERCISE and exercise:
+        return f"{module}[{exercise.group(1)}]"
+    lab = re.search(r"\[(lab\d\d_[a-z0-9]+)", nodeid)
+    return f"{module}[{lab.group(1)}]" if module in SPLIT_BY_LAB and lab else module
+
+
 def pytest_collection_modifyitems(config, items):
+    groups: dict[str, list] = {}
     for item in items:
         if item.module.__name__.rpartition(".")[2] not in FAST_MODULES:
             item.add_marker(pytest.mark.slow)
+        groups.setdefault(xdist_group(item.nodeid), []).append(item)
+    heaviest_first = sorted(groups, key=lambda g: -WEIGHTS.get(g, len(groups[g])))
+    items[:] = [item for group in heaviest_first for item in groups[group]]
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """loadscope, with `xdist_group` as the scope."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+    return ByGroup(config, log)
 
 
 def course_module():
