@@ -320,6 +320,48 @@ def unpack(message):
     return tree, tensors
 
 
+_OPAQUE = object()  # a value _data_copy does not copy (a module, the student's own object)
+
+
+def _data_copy(value, depth=0):
+    """A copy of an argument that is data (a tensor, a number, a string, or lists, tuples and
+    dicts of them), to see after a call whether the student changed it in place; _OPAQUE for
+    anything else."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if value is None or isinstance(value, (str, bytes, int, float, bool)):
+        return value
+    if depth < 8 and isinstance(value, (list, tuple, dict)):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        copied = {key: _data_copy(item, depth + 1) for key, item in items}
+        return _OPAQUE if any(c is _OPAQUE for c in copied.values()) else _Copied(type(value), copied)
+    return _OPAQUE
+
+
+class _Copied:
+    def __init__(self, kind, items):
+        self.kind, self.items = kind, items
+
+
+def _unchanged(old, value):
+    """Whether `value` still holds what its _data_copy `old` recorded. A dict may have gained
+    keys (adding the encoding to a batch and returning it is a common style); a changed or
+    removed entry, a list grown or shrunk, or a tensor written to, is a change."""
+    if isinstance(old, torch.Tensor):
+        if not isinstance(value, torch.Tensor) or value.shape != old.shape or value.dtype != old.dtype:
+            return False
+        value = value.detach()
+        return torch.equal(value, old) or (value.is_floating_point() and bool(
+            ((value == old) | (value.isnan() & old.isnan())).all()))  # NaN where NaN was is no change
+    if isinstance(old, _Copied):
+        if type(value) is not old.kind:
+            return False
+        if old.kind is dict:
+            return all(key in value and _unchanged(item, value[key]) for key, item in old.items.items())
+        return len(value) == len(old.items) and all(_unchanged(old.items[i], value[i]) for i in range(len(value)))
+    return type(value) is type(old) and (value is old or value == old or value != value and old != old)
+
+
 # -- the student's side --------------------------------------------------------------------
 class Agent:
     """Answers requests against a namespace (the notebook's globals): looks names up,
@@ -378,15 +420,13 @@ class Agent:
         return len(obj)
 
     def _op_call(self, fn, args, kwargs):
-        before = [(i, a.detach().clone()) for i, a in enumerate(list(args) + list(kwargs.values()))
-                  if isinstance(a, torch.Tensor)]
+        values = list(args) + list(kwargs.values())
+        before = [(i, copied) for i, copied in enumerate(map(_data_copy, values)) if copied is not _OPAQUE]
         try:
             return fn(*args, **kwargs)
         finally:
-            values = list(args) + list(kwargs.values())
             names = [f"argument {i + 1}" for i in range(len(args))] + [f"argument {k!r}" for k in kwargs]
-            self._mutated = [names[i] for i, old in before
-                             if values[i].shape != old.shape or not torch.equal(values[i].detach(), old)]
+            self._mutated = [names[i] for i, old in before if not _unchanged(old, values[i])]
 
     def _op_isinstance(self, obj, cls):
         if isinstance(cls, str):
@@ -501,7 +541,8 @@ REPLY_PREFIX = "LABTOOLS-REPLY "
 
 # -- the side that calls -------------------------------------------------------------------
 class InputMutated(AssertionError):
-    """The student's function changed a tensor it was given."""
+    """The student's function changed an argument it was given: a tensor, or an entry of a list
+    or a dict (labtools' own copy: the caller's value never changes)."""
 
 
 class Channel:

@@ -327,3 +327,36 @@ def test_call_method_is_one_round_trip_with_the_same_contract():
     assert torch.equal(x, torch.ones(2))
     with pytest.raises(AttributeError, match="nothing"):
         wire.call_method(d, "nothing")
+
+
+def test_lists_and_dicts_changed_in_place_are_reported_and_added_keys_are_not():
+    def prefix_in_place(batch):
+        batch["text"] = ["note: " + t for t in batch["text"]]
+        return len(batch["text"])
+
+    def add_encoding(batch):  # a common Hugging Face style: the encoding added to the batch
+        batch["lengths"] = [len(t) for t in batch["text"]]
+        return batch
+
+    student = _student({
+        "prefix_in_place": prefix_in_place, "add_encoding": add_encoding,
+        "append": lambda items: items.append(0) or len(items),
+        "sort": lambda items: items.sort() or items[0],
+        "pop_key": lambda batch: batch.pop("summary"),
+        "nested": lambda rows: rows[1].mul_(0).sum(),
+        "reads": lambda batch, rows: len(batch["text"]) + len(rows),
+        "nan_tensor": lambda x: x.clone(),
+        "model": lambda m: m.weight.data.zero_() is not None, "linear": torch.nn.Linear(2, 2),
+    })
+    batch = {"text": ["a cat", "a dog"], "summary": ["cat", "dog"]}
+    for name, args in [("prefix_in_place", (batch,)), ("append", ([3, 1, 2],)), ("sort", ([3, 1, 2],)),
+                       ("pop_key", (batch,)), ("nested", ([torch.ones(2), torch.ones(2)],))]:
+        with pytest.raises(wire.InputMutated, match="argument 1"):
+            getattr(student, name)(*args)
+    assert batch == {"text": ["a cat", "a dog"], "summary": ["cat", "dog"]}, "the caller's batch is a copy"
+    assert student.add_encoding(batch)["lengths"] == [5, 5]
+    assert student.reads(batch, (1, [2.5, "x"], None)) == 5
+    got = student.nan_tensor(torch.tensor([1.0, float("nan")]))
+    assert torch.isnan(got[1])
+    # a module is the student's own object, not data the call was given to read
+    assert student.model(student.linear) is True
