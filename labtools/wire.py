@@ -19,6 +19,7 @@ Nothing is ever pickled: decoding data runs no code of the side that sent it.
 It must not import labtools (the kernel may not have it).
 """
 
+import inspect
 import json
 import struct
 
@@ -338,6 +339,16 @@ def _data_copy(value, depth=0):
     return _OPAQUE
 
 
+def _parameter(fn, index):
+    """' (name)' of fn's positional parameter at `index`, for messages; '' when unknown."""
+    try:
+        names = [p.name for p in inspect.signature(fn).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        return f" ({names[index]})" if index < len(names) else ""
+    except Exception:  # noqa: BLE001 - a student's object may make signature() raise anything
+        return ""
+
+
 class _Copied:
     def __init__(self, kind, items):
         self.kind, self.items = kind, items
@@ -425,7 +436,8 @@ class Agent:
         try:
             return fn(*args, **kwargs)
         finally:
-            names = [f"argument {i + 1}" for i in range(len(args))] + [f"argument {k!r}" for k in kwargs]
+            names = [f"argument {i + 1}{_parameter(fn, i)}" for i in range(len(args))]
+            names += [f"argument {k!r}" for k in kwargs]
             self._mutated = [names[i] for i, old in before if not _unchanged(old, values[i])]
 
     def _op_isinstance(self, obj, cls):
