@@ -20,33 +20,20 @@ c.Execute.interrupt_on_timeout = True
 c.OverwriteCells.add_missing_cells = True
 
 
-# Autograding runs each notebook with labtools' hardened Execute: kernels start under
-# memory and file-size limits, and a kernel that dies is restarted so that the rest of
-# the notebook is still graded (see labtools/execute.py). Otherwise nbgrader's defaults.
-from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
-from nbgrader.preprocessors import (  # noqa: E402
-    AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput, SaveAutoGrades,
-)
-
-from labtools.execute import GradingExecute  # noqa: E402
+# Autograding runs each notebook with labtools' steps (labtools/grade/config.py): the lab's
+# structure put back from the release first (labtools/restore.py), then each notebook in a
+# sandboxed kernel with memory and file-size limits, its tests decided by the judge outside
+# that kernel (labtools/execute.py, labtools/judge.py), and student content made inert
+# before grades are saved (labtools/sanitize.py). `labtools grade` installs these steps
+# itself and refuses a configuration that replaces them; they are listed here for
+# nbgrader run by hand. Otherwise nbgrader's defaults.
 from labtools.gradebook_schema import use_in_process_version  # noqa: E402
+from labtools.grade.config import autograde_steps, sanitize_steps  # noqa: E402
+from labtools.sanitize import SafeFeedbackExporter  # noqa: E402
 
 use_in_process_version()  # a new gradebook's schema version without an `alembic` subprocess
-from labtools.sanitize import NeutralizeStudentContent, SafeFeedbackExporter  # noqa: E402
-
-# Tampered nbgrader metadata is put back from the release, and reported, before nbgrader
-# reads the submission (labtools/restore.py); then nbgrader's own sanitizing steps.
-from nbgrader.preprocessors import (  # noqa: E402
-    ClearOutput, DeduplicateIds, OverwriteCells, OverwriteKernelspec,
-)
-from labtools.restore import RestoreFromRelease  # noqa: E402
-c.Autograde.sanitize_preprocessors = [
-    RestoreFromRelease, ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata,
-]
-c.Autograde.autograde_preprocessors = [
-    GradingExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, NeutralizeStudentContent,
-    SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
-]
+c.Autograde.sanitize_preprocessors = sanitize_steps()
+c.Autograde.autograde_preprocessors = autograde_steps()
 # Nothing a student wrote runs in a browser (labtools/sanitize.py): the autograded
 # notebook keeps only inert outputs (NeutralizeStudentContent above), formgrader and
 # feedback sanitize HTML, and feedback files carry a Content Security Policy with no

@@ -121,7 +121,7 @@ def make_release(lab: Lab, source_nb, root: Path = REPO_ROOT):
     from nbgrader.apps.api import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
-    from .grading import nbgrader_config
+    from .grade.config import nbgrader_config
 
     with tempfile.TemporaryDirectory(prefix="labtools-release-") as tmp:
         course = Path(tmp)

@@ -145,7 +145,7 @@ class GradingExecute(TestGuard, Execute):
         if self.use_judge and source_nb is not None and judge.uses_judge(source_nb):
             self._agent_module = f"_labtools_agent_{secrets.token_hex(8)}"
             channel = judge.KernelChannel(self, f"__import__('sys').modules[{self._agent_module!r}].agent")
-            self._judge = judge.Judge(source_nb, channel, [c.source for c in nb.cells if c.cell_type == "code"])
+            self._judge = judge.Judge(source_nb, channel, [c for c in nb.cells if c.cell_type == "code"])
         return super().preprocess(nb, resources, *args, **kwargs)
 
     async def async_start_new_kernel_client(self):

@@ -121,7 +121,7 @@ def _scratch_course(course: Path, job: SubmissionJob) -> Path:
     from nbgrader.apps.api import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
-    from .grading import nbgrader_config
+    from .grade.config import nbgrader_config
 
     scratch = Path(tempfile.mkdtemp(prefix=f"labtools-worker-{job.lab_id}-", dir=_worker_directory()))
     atexit.register(shutil.rmtree, scratch, True)  # a worker closed normally; Dask purges a killed one's
@@ -160,7 +160,7 @@ def _grade_in(scratch: Path, job: SubmissionJob) -> SubmissionResult:
     from nbgrader.apps.api import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
-    from .grading import nbgrader_config
+    from .grade.config import nbgrader_config
 
     config = nbgrader_config(scratch, f"sqlite:///{scratch / 'gradebook.db'}", job.hide_hidden_tests)
     api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)

@@ -32,21 +32,15 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from traitlets.config import Config
-from traitlets.config.loader import PyFileConfigLoader
 
 from . import collect
 from .labs import REPO_ROOT, get_lab
 
-SCRATCH = ".grading"  # inside the course directory, ignored by git
-
-
-RELEASE_DIR = f"{SCRATCH}/release"  # the build owns release/; grading regenerates into scratch space
+# the configuration nbgrader runs with, and the scratch folders: in labtools/grade/config.py
+from .grade.config import (  # noqa: E402,F401
+    RELEASE_DIR, SCRATCH, GradingError, UnsafeConfig, nbgrader_config, with_busy_timeout,
+)
 GRADED_MARK = ".labtools-graded.json"  # in autograded/<student>/<lab>/: what was graded, for resuming
-
-
-class GradingError(RuntimeError):
-    """A problem with the command's input as a whole (not with one submission)."""
 
 
 @dataclass
@@ -92,64 +86,6 @@ class GradeReport:
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
-
-
-def nbgrader_config(course: Path, db_url: str | None, hide_hidden_tests: bool = True) -> Config:
-    from .gradebook_schema import use_in_process_version
-
-    use_in_process_version()  # no `alembic` subprocess per new gradebook (client and every worker)
-    config = Config()
-    if (course / "nbgrader_config.py").exists():
-        config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
-    config.CourseDirectory.root = str(course)
-    # The build owns release/; grading regenerates the assignment into scratch space.
-    config.CourseDirectory.release_directory = RELEASE_DIR
-    # Whatever the course's nbgrader_config.py says, student content is shown inert.
-    from .sanitize import NeutralizeStudentContent, SafeFeedbackExporter
-
-    config.GenerateFeedback.exporter_class = SafeFeedbackExporter
-    config.HTMLExporter.sanitize_html = True
-    config.HTMLExporter.filters = {"clean_html": "labtools.sanitize.clean_html"}
-    from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, DeduplicateIds, OverwriteCells, OverwriteKernelspec
-
-    from .restore import RestoreFromRelease
-
-    # tampered metadata is put back from the release before nbgrader reads it (labtools/restore.py)
-    first = list(config.Autograde.get("sanitize_preprocessors") or
-                 [ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata])
-    if RestoreFromRelease not in first:
-        config.Autograde.sanitize_preprocessors = [RestoreFromRelease, *first]
-    steps = list(config.Autograde.get("autograde_preprocessors") or [])
-    if steps and NeutralizeStudentContent not in steps:
-        saving = next((i for i, s in enumerate(steps) if getattr(s, "__name__", "") == "SaveAutoGrades"), len(steps))
-        steps.insert(saving, NeutralizeStudentContent)
-        config.Autograde.autograde_preprocessors = steps
-    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
-    from nbgrader.preprocessors import GetGrades
-
-    from .feedback import HideHiddenTests
-
-    # set either way: the course's nbgrader_config.py hides them, which --show-hidden-tests must undo
-    config.GenerateFeedback.preprocessors = [GetGrades, *([HideHiddenTests] if hide_hidden_tests else []),
-                                             CSSHTMLHeaderPreprocessor]
-    if db_url:
-        config.CourseDirectory.db_url = db_url
-    elif not str(config.CourseDirectory.get("db_url", "")):
-        config.CourseDirectory.db_url = f"sqlite:///{course / 'gradebook.db'}"
-    else:
-        url = str(config.CourseDirectory.db_url)
-        if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
-            # a relative SQLite path means relative to the course directory
-            config.CourseDirectory.db_url = f"sqlite:///{course / url[len('sqlite:///'):]}"
-    config.CourseDirectory.db_url = with_busy_timeout(str(config.CourseDirectory.db_url))
-    return config
-
-
-def with_busy_timeout(db_url: str, seconds: int = 120) -> str:
-    """A SQLite URL that waits for a lock (formgrader, another grade command) instead of failing."""
-    if not db_url.startswith("sqlite:") or "timeout=" in db_url:
-        return db_url
-    return db_url + ("&" if "?" in db_url else "?") + f"timeout={seconds}"
 
 
 def _stage_input(submissions: Path, archive: Path) -> set[str]:

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import nbformat
+
 from . import judge, nbcells, wire
 
 
@@ -116,9 +118,11 @@ def run_exercise(notebook: Path, exercise: str, answer: str | None = None,
     # data, through the same wire format as grading (labtools/judge.py).
     judged = None
     if judge.uses_judge(nb):
-        sources = [answer if (nbcells.grade_id(c) == exercise and answer is not None) else nbcells.strip_markers(c.source)
-                   for c in nb.cells if c.cell_type == "code"]
-        judged = judge.Judge(nb, wire.LocalChannel(wire.Agent(namespace)), sources)
+        # the submission as grading sees it: the lab's cells keep their identity (grade_id)
+        cells = [nbformat.v4.new_code_cell(
+                     answer if (nbcells.grade_id(c) == exercise and answer is not None) else nbcells.strip_markers(c.source),
+                     metadata=c.metadata) for c in nb.cells if c.cell_type == "code"]
+        judged = judge.Judge(nb, wire.LocalChannel(wire.Agent(namespace)), cells)
     results = []
     for index, cell in enumerate(nb.cells[start:], start):
         if cell.cell_type != "code":

@@ -27,12 +27,12 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import nbcells, source_rules, tampering, wire
+from . import nbcells, reader, wire
 
 JUDGE_TAG = "judge"
 HANDLE_GRADE_ID = "given_student_handle"
 WIRE_SOURCE = Path(wire.__file__).read_text()
-RULES_SOURCE = Path(source_rules.__file__).read_text()
+RULES_SOURCE = Path(reader.__file__).read_text()
 
 
 def uses_judge(nb) -> bool:
@@ -99,14 +99,81 @@ class Verdict:
 NEEDS_REVIEW = "NeedsReview"
 
 
-def needs_review(source_nb, submission_sources) -> list[str]:
-    """What the submission's own code reaches into (labtools/tampering.py); the lab's
-    cells, as the source holds them, are not the student's and are not read."""
-    lab_cells = {nbcells.strip_markers(c.source).strip() for c in source_nb.cells if c.cell_type == "code"}
-    cells = [(f"code cell {i + 1}", nbcells.strip_markers(src),
-              nbcells.strip_markers(src).strip() not in lab_cells and not src.startswith("# @title How the tests"))
-             for i, src in enumerate(submission_sources)]
-    return tampering.reaches_into_runtime(cells)
+def _code_cells(cells) -> list:
+    """Code cells as nbformat cells; a plain source string is a cell with no identity."""
+    import nbformat
+
+    return [nbformat.v4.new_code_cell(c) if isinstance(c, str) else c
+            for c in cells if isinstance(c, str) or c.get("cell_type") == "code"]
+
+
+def lab_cell_ids(source_nb) -> dict[str, str]:
+    """grade_id -> source of the lab's own locked cells (as the source holds them, markers out)."""
+    return {nbcells.grade_id(c): nbcells.strip_markers(c.source).strip() for c in source_nb.cells
+            if c.cell_type == "code" and nbcells.grade_id(c) and nbcells.nbgrader_meta(c).get("locked")
+            and not nbcells.is_solution(c)}
+
+
+def is_lab_cell(cell, locked: dict[str, str]) -> bool:
+    """A cell is the lab's own by its identity: a locked cell of the release (grade_id),
+    restored byte for byte before grading. Its text alone never makes a cell the lab's."""
+    gid = nbcells.grade_id(cell)
+    return gid in locked and nbcells.strip_markers(cell.source).strip() == locked[gid]
+
+
+def needs_review(source_nb, submission_cells) -> list[str]:
+    """What the submission's own code does outside the allowed Python (labtools/reader.py).
+
+    The lab's locked cells are known by identity and not read. Every other cell is read
+    whole; a finding on a line that the lab itself writes (in a cell a student may edit:
+    a setting changed in lab 6's configuration cell, say) is the lab's, not the student's."""
+    locked = lab_cell_ids(source_nb)
+    lab_lines = {line.strip() for c in source_nb.cells if c.cell_type == "code"
+                 and nbcells.grade_id(c) != HANDLE_GRADE_ID and not nbcells.is_solution(c)
+                 for line in nbcells.strip_markers(c.source).splitlines() if line.strip()}
+    cells, texts = [], {}
+    for i, cell in enumerate(_code_cells(submission_cells)):
+        where, source = f"code cell {i + 1}", nbcells.strip_markers(cell.source)
+        cells.append((where, source, not is_lab_cell(cell, locked)))
+        texts[where] = source.splitlines()
+    found = []
+    for finding in reader.reaches_into_runtime(cells):
+        where, _, line = finding.rpartition("(")[2].rstrip(")").partition(", line ")
+        lines = texts.get(where, [])
+        text = lines[int(line) - 1].strip() if line.isdigit() and 0 < int(line) <= len(lines) else None
+        if text not in lab_lines:
+            found.append(finding)
+    return found
+
+
+def library_has(path: str) -> bool | None:
+    """Whether a library the course allows really has the attribute `path` names (None: cannot
+    tell). A use of one it lacks, in an answer, can only be a patch made in the kernel."""
+    import importlib
+    import types
+
+    parts = path.split(".")
+    if parts[0] not in reader.ALLOWED_MODULES or parts[0] in ("builtins", "sys", "os"):
+        return None
+    try:
+        obj = importlib.import_module(parts[0])
+    except Exception:  # noqa: BLE001 - not installed here: no answer either way
+        return None
+    for i, part in enumerate(parts[1:], 1):
+        try:
+            obj = getattr(obj, part)
+            continue
+        except Exception:  # noqa: BLE001
+            pass
+        if not isinstance(obj, types.ModuleType):
+            return False
+        try:
+            obj = importlib.import_module(".".join(parts[: i + 1]))
+        except ImportError:
+            return False
+        except Exception:  # noqa: BLE001
+            return None
+    return True
 
 
 class GraderSetupError(RuntimeError):
@@ -139,9 +206,14 @@ class Judge:
         self._setup_error = ""
         self.namespace = {"__name__": "__judge__", "student": wire.Student(channel), "labwire": wire,
                           "JUDGE_CACHE": _cache_for(self._cells)}
-        sources = [s for s in submission_sources if not s.startswith("# @title How the tests")]
-        self.namespace["calls_in_answer"] = lambda entry, targets: source_rules.forbidden_calls(sources, entry, targets)
-        self.review = needs_review(source_nb, submission_sources)
+        cells = _code_cells(submission_sources)
+        locked = lab_cell_ids(source_nb)
+        # the handle cell (known by identity) is the grader's own wire, not code an answer reaches
+        sources = [nbcells.strip_markers(c.source) for c in cells
+                   if not (nbcells.grade_id(c) == HANDLE_GRADE_ID and is_lab_cell(c, locked))]
+        self.namespace["calls_in_answer"] = lambda entry, targets: reader.forbidden_calls(
+            sources, entry, targets, exists=library_has)
+        self.review = needs_review(source_nb, cells)
 
     def _catch_up(self, position: int) -> None:
         """Run the judge cells that come before `position` in the source."""

@@ -85,7 +85,7 @@ def lab_grades(lab_id: str, course: Path = REPO_ROOT, db_url: str | None = None)
     from nbgrader.api import Gradebook, MissingEntry
     from nbgrader.coursedir import CourseDirectory
 
-    from .grading import nbgrader_config
+    from .grade.config import nbgrader_config
 
     config = nbgrader_config(Path(course), db_url)
     url = str(config.CourseDirectory.db_url)

@@ -51,7 +51,7 @@ ATTACKS = {
     "patches a library function": ("torch.allclose = lambda *a, **k: True", "changes torch.allclose"),
     "patches it under an alias": ("import torch as t\nt.equal = lambda *a: True", "changes torch.equal"),
     "patches a tensor method": ("torch.Tensor.sum = lambda self, *a, **k: self", "changes torch.Tensor.sum"),
-    "patches by setattr": ("setattr(F, 'softmax', len)", "setattr on torch.nn.functional"),
+    "patches by setattr": ("setattr(F, 'softmax', len)", "changes torch.nn.functional.softmax"),
     "patches numpy's checks": ("np.testing.assert_allclose = print", "changes numpy.testing.assert_allclose"),
     "deletes a function": ("del torch.nn.functional.softmax", "changes torch.nn.functional.softmax"),
     "the grader's wire module": ("labwire.Agent._op_call = None", "labwire"),
@@ -78,9 +78,9 @@ ATTACKS = {
     "the channel in a lambda": ("answer = lambda x: input(x)", "input (the built-in"),
     "stdin": ("sys.stdin.readline()", ".stdin"),
     "getpass": ("import getpass\ngetpass.getpass('LABTOOLS-REPLY ')", "import getpass"),
-    "eval": ("eval('1')", "eval(...)"),
-    "exec": ("exec('x = 1')", "exec(...)"),
-    "import by name": ("__import__('s' + 'ys')", "__import__(...)"),
+    "eval": ("eval('1')", "eval (runs or looks up code by name)"),
+    "exec": ("exec('x = 1')", "exec (runs"),
+    "import by name": ("__import__('s' + 'ys')", "__import__ (runs"),
     "importlib": ("import importlib", "import importlib"),
     "a computed getattr on an object": ("n = '__glo' + 'bals__'\ndef f():\n    pass\ngetattr(f, n)",
                                        "getattr(...) with a computed name"),
@@ -96,7 +96,7 @@ ATTACKS = {
     "builtins": ("import builtins\nbuiltins.print = None", "import builtins"),
     "threads": ("import threading", "import threading"),
     "ctypes": ("import ctypes", "import ctypes"),
-    "globals": ("globals()['softmax'] = len", "globals(...)"),
+    "globals": ("globals()['softmax'] = len", "globals (runs"),
     # a summarize that records graphs, then zeroes the count lab 6's test keeps of it (its honest twin,
     # the same code without the last two lines, loses the test's points; this one had them all)
     "a test's measurement reset": ("def summarize(texts, model, tokenizer):\n    out = [model(t) for t in texts]\n"
@@ -128,7 +128,7 @@ def test_each_way_into_the_runtime_is_found(name):
 
 def test_the_labs_own_cells_are_not_read_but_their_imports_count():
     cells = [("lab", "import torch as T\nimport sys\nsys.modules", False), ("answer", "T.exp = abs", True)]
-    assert tampering.reaches_into_runtime(cells) == ["changes torch.exp (answer, line 1)"]
+    assert tampering.reaches_into_runtime(cells) == ["changes torch.exp (an attribute of a library) (answer, line 1)"]
 
 
 def test_unparsable_cells_are_skipped_not_fatal():
@@ -140,8 +140,7 @@ def test_no_lab_is_flagged_for_its_own_solutions(lab):
     """The worked solutions, submitted as they are, and with every code cell counted as
     the student's except the read-only ones: nothing in the course's answers is flagged."""
     nb = nbcells.read(lab.source_path())
-    sources = [c.source for c in nb.cells if c.cell_type == "code"]
-    assert judge.needs_review(nb, sources) == []
+    assert judge.needs_review(nb, [c for c in nb.cells if c.cell_type == "code"]) == []
     answers = [(nbcells.grade_id(c) or "cell", nbcells.strip_markers(c.source), nbcells.is_solution(c))
                for c in nb.cells if c.cell_type == "code"]
     assert tampering.reaches_into_runtime(answers) == []

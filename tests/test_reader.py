@@ -1,0 +1,115 @@
+"""The one reader of student code (labtools/reader.py): every Python binding form is
+resolved, by both questions asked of a notebook (forbidden calls in what an answer
+reaches; the allowlist every student cell is read against), and honest code in other
+styles is not flagged."""
+
+import pytest
+
+from labtools.reader import forbidden_calls, reaches_into_runtime
+
+PRELUDE = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+SOFTMAX = ["torch.softmax", "torch.nn.functional.softmax", ".softmax"]
+# The attack of the architecture review: a library module under another name, a function of
+# its own put into it, called from the answer under a name that says nothing.
+USE = "\ndef softmax(x, dim=-1):\n    return G.hush(x, dim)\n"
+
+# Every binding form, each binding G to torch.nn.functional (or hush to torch.softmax)
+BINDINGS = {
+    "assignment": "G = torch.nn.functional\nG.hush = torch.softmax",
+    "inside try": "try:\n    G = torch.nn.functional\n    G.hush = torch.softmax\nexcept Exception:\n    pass",
+    "inside if": "if True:\n    G = F\n    G.hush = torch.softmax",
+    "inside with": "with torch.no_grad():\n    G = F\n    G.hush = torch.softmax",
+    "with ... as": "from contextlib import nullcontext\nwith nullcontext(F) as G:\n    G.hush = torch.softmax",
+    "for over a list": "for G in [F]:\n    G.hush = torch.softmax",
+    "annotated assignment": "G: object = torch.nn.functional\nG.hush = torch.softmax",
+    "augmented assignment": "G = F\nG.hush = torch.softmax\nG.hush += 0 if False else 0",
+    "walrus": "(G := F).hush = torch.softmax" if False else "if (G := F):\n    G.hush = torch.softmax",
+    "walrus in a comprehension": "[G := m for m in [F]]\nG.hush = torch.softmax",
+    "global in a helper": "def setup():\n    global G\n    G = F\n    G.hush = torch.softmax\nsetup()",
+    "import in a helper": "def setup():\n    global G\n    import torch.nn.functional as G\n    G.hush = torch.softmax\nsetup()",
+    "tuple unpacking": "G, _ = F, 1\nG.hush = torch.softmax",
+    "conditional expression": "G = F if True else None\nG.hush = torch.softmax",
+    "subscript of a literal": "G = [F][0]\nG.hush = torch.softmax",
+    "decorator": "def install(f):\n    F.hush = torch.softmax\n    return f\n@install\ndef noop():\n    pass\nG = F",
+    "class body": "class Holder:\n    G = F\nHolder.G.hush = torch.softmax\nG = Holder.G",
+    "setattr": "G = F\nsetattr(G, 'hush', torch.softmax)",
+}
+
+
+@pytest.mark.parametrize("form", sorted(BINDINGS))
+def test_every_binding_form_is_resolved_by_both_questions(form):
+    cells = [PRELUDE, BINDINGS[form] + USE]
+    calls = forbidden_calls(cells, "softmax", SOFTMAX)
+    assert any("torch.softmax" in c or "dynamic" in c for c in calls), (form, calls)
+    runtime = reaches_into_runtime([("lab", PRELUDE, False), ("answer", BINDINGS[form] + USE, True)])
+    assert any("changes torch.nn.functional" in f for f in runtime), (form, runtime)
+
+
+def test_a_patch_through_a_parameter_is_caught_by_what_the_library_lacks():
+    # nothing names torch.nn.functional where the attribute is written; the use does
+    cells = [PRELUDE, "def patch(m):\n    m.hush = lambda *a: torch.softmax(*a)\npatch(F)" + USE.replace("G.", "F.")]
+    real = {"torch.nn.functional.hush": False}
+    found = forbidden_calls(cells, "softmax", SOFTMAX, exists=lambda p: real.get(p, True))
+    assert any("no such attribute" in f for f in found), found
+    assert any("torch.softmax in what is assigned to .hush" in f for f in found), found
+
+
+@pytest.mark.parametrize("name, source", [
+    ("a local alias", "def softmax(x, dim=-1):\n    s = torch.softmax\n    return s(x, dim)"),
+    ("a default argument", "def softmax(x, dim=-1, s=torch.softmax):\n    return s(x, dim)"),
+    ("a decorator of the answer", "import functools\n@functools.wraps(torch.softmax)\ndef softmax(x, dim=-1):\n"
+                                  "    return x"),
+    ("a class the answer uses", "class H:\n    f = staticmethod(F.softmax)\ndef softmax(x, dim=-1):\n"
+                                "    return H.f(x, dim)"),
+    ("a dict filled later", "TABLE = {}\nTABLE['s'] = F.softmax\ndef softmax(x, dim=-1):\n    return TABLE['s'](x, dim)"),
+    ("a list appended to", "FNS = []\nFNS.append(F.softmax)\ndef softmax(x, dim=-1):\n    return FNS[0](x, dim)"),
+    ("an alias in a lambda", "pick = lambda: F.softmax\ndef softmax(x, dim=-1):\n    return pick()(x, dim)"),
+    ("an alias of an alias", "A = F\nB = A\ndef softmax(x, dim=-1):\n    return B.softmax(x, dim)"),
+    ("an import in the answer", "def softmax(x, dim=-1):\n    from torch.nn.functional import softmax as s\n"
+                                "    return s(x, dim)"),
+])
+def test_forbidden_calls_are_found_wherever_they_are_bound(name, source):
+    assert forbidden_calls([PRELUDE, source], "softmax", SOFTMAX), name
+
+
+@pytest.mark.parametrize("name, source", [
+    ("a loop over model.modules()", "def count(model):\n    n = 0\n    for m in model.modules():\n"
+                                    "        if isinstance(m, nn.Linear):\n            n += 1\n    return n"),
+    ("model.named_modules()", "def names(model):\n    return [n for n, _ in model.named_modules()]"),
+    ("a private attribute of its own class", "class Cache:\n    def __init__(self):\n        self._store = {}\n"
+                                             "    def get(self, k):\n        return self._store.get(k)\n"
+                                             "def peek(c):\n    return c._store"),
+    ("a seed and a determinism switch", "torch.backends.cudnn.deterministic = True\ntorch.manual_seed(0)"),
+    ("attributes of what it was given", "def load(block, layer):\n    block.norm.weight = layer.norm.weight\n"
+                                        "    block.eps = 1e-6\n    return block"),
+    ("a walrus and an annotated local", "def f(xs):\n    total: float = 0.0\n    if (n := len(xs)) > 0:\n"
+                                        "        total = sum(xs) / n\n    return total"),
+    ("names chosen from literals", "def copy(mine, theirs):\n    for name in ('weight', 'bias'):\n"
+                                   "        setattr(mine, name, getattr(theirs, name))"),
+    ("a global counter", "CALLS = 0\ndef f(x):\n    global CALLS\n    CALLS += 1\n    return x"),
+    ("plotting and progress bars", "import matplotlib.pyplot as plt\nfrom tqdm.auto import tqdm\n"
+                                   "for i in tqdm(range(3)):\n    plt.plot([i])\nplt.rcParams['figure.dpi'] = 80"),
+])
+def test_honest_code_in_other_styles_is_not_flagged(name, source):
+    assert reaches_into_runtime([("lab", PRELUDE, False), ("answer", source, True)]) == [], name
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("import requests", "import requests (not a library"),
+    ("from . import grader", "from . import grader"),
+    ("x = torch.sys.modules", "sys"),
+    ("import os\nm = os.sys", "sys"),
+    ("t = torch.tensor([1.])\nt._version", "private attribute"),
+    ("type(torch.tensor(1.)).__add__ = lambda a, b: a", "__add__"),
+    ("e = eval", "eval"),
+    ("g = getattr\ng(torch, 'soft' + 'max')", "getattr used as a value"),
+    ("import functools\nf = functools.partial(getattr, torch)", "getattr used as a value"),
+    ("m = __import__('sys').modules", "__import__"),
+    ("getattr(torch, '__dict__')", "'__dict__'"),
+    ("def f():\n    pass\ngetattr(f, '__globals__')", "'__globals__'"),
+    ("import sys\nmods = sys.modules", ".modules"),
+])
+def test_what_is_not_on_the_allowlist_goes_to_review(source, expected):
+    found = reaches_into_runtime([("lab", PRELUDE, False), ("answer", source, True)])
+    assert any(expected in f for f in found), found
+    assert all("answer, line" in f for f in found), "a finding says where it is"
