@@ -740,7 +740,7 @@ def _read_node(node, scope, names, own, where, out, tree):
         args = node.args
         literal = len(args) > 1 and isinstance(args[1], ast.Constant) and isinstance(args[1].value, str)
         base_paths = names.paths(args[0], scope) if args else []
-        if literal and not _ordinary(args[1].value) and args[1].value not in own:
+        if literal and not _ordinary(args[1].value) and args[1].value not in own | DUNDERS_OK:
             out.add(f"{name}(..., {args[1].value!r})", where, node)
         elif not literal and not (
                 (args and isinstance(args[0], ast.Name) and args[0].id == _method_self(scope) and name != "delattr")
