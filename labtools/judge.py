@@ -125,11 +125,13 @@ def needs_review(source_nb, submission_cells) -> list[str]:
     """What the submission's own code does outside the allowed Python (labtools/reader.py).
 
     The lab's locked cells are known by identity and not read. Every other cell is read
-    whole; a finding on a line that the lab itself writes (in a cell a student may edit:
-    a setting changed in lab 6's configuration cell, say) is the lab's, not the student's."""
+    whole; a finding on a line that the lab itself writes in a cell a student may edit (a
+    setting changed in lab 6's configuration cell, say) is the lab's, not the student's,
+    unless it replaces or changes something (a line copied from the lab's cells does not
+    make a redefinition of the lab's helper the lab's)."""
     locked = lab_cell_ids(source_nb)
     lab_lines = {line.strip() for c in source_nb.cells if c.cell_type == "code"
-                 and nbcells.grade_id(c) != HANDLE_GRADE_ID and not nbcells.is_solution(c)
+                 and not nbcells.nbgrader_meta(c).get("locked") and not nbcells.is_solution(c)
                  for line in nbcells.strip_markers(c.source).splitlines() if line.strip()}
     cells, texts = [], {}
     for i, cell in enumerate(_code_cells(submission_cells)):
@@ -141,7 +143,7 @@ def needs_review(source_nb, submission_cells) -> list[str]:
         where, _, line = finding.rpartition("(")[2].rstrip(")").partition(", line ")
         lines = texts.get(where, [])
         text = lines[int(line) - 1].strip() if line.isdigit() and 0 < int(line) <= len(lines) else None
-        if text not in lab_lines:
+        if text not in lab_lines or finding.startswith(("rebinds ", "changes ")):
             found.append(finding)
     return found
 

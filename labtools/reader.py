@@ -81,11 +81,11 @@ class Scope:
     def is_function(self):
         return isinstance(self.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
 
-    def owner_of(self, name):
-        """The scope a binding of `name` made here lands in (global/nonlocal, comprehensions)."""
+    def owner_of(self, name, walrus=False):
+        """The scope a binding of `name` made here lands in (global/nonlocal; a walrus in a
+        comprehension binds in the scope around it)."""
         scope = self
-        while isinstance(scope.node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)) \
-                and name not in scope.values:
+        while walrus and isinstance(scope.node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
             scope = scope.parent
         kind = scope.declared.get(name)
         if kind == "global":
@@ -109,6 +109,8 @@ class Names:
         self.touches = {}       # global name -> statements that change what it holds (d[k] = v, d.add(v))
         self.bound_from = {}    # global name -> (expression it was bound from, scope it is read in)
         self.bound_exprs = {}   # (id(scope), name) -> (expression or None, iterated) for every binding
+        self.module_bindings = {}  # global name -> (is_students, values, node, cell) for every binding
+        self._cell, self._students = "", True
 
     # reading ---------------------------------------------------------------------------
     def add_cell(self, tree, cell="", is_students=True):
@@ -126,7 +128,7 @@ class Names:
                                                 node.args.defaults + [d for d in node.args.kw_defaults if d]):
                 self._expression(outer, scope)
             self.defs.append((node.name, node, self._cell, self._students))
-            self.bind(scope, node.name, [("def", node)], replace=top)
+            self.bind(scope, node.name, [("def", node)], replace=top, node=node)
             inner = self._new_scope(node, scope)
             if not isinstance(node, ast.ClassDef):
                 self._parameters(node.args, inner)
@@ -142,7 +144,7 @@ class Names:
                     if alias.name == "*":
                         continue
                     name, path = alias.asname or alias.name, f"{node.module or ''}.{alias.name}"
-                self.bind(scope, name, [_path(path)], replace=top)
+                self.bind(scope, name, [_path(path)], replace=top, node=node)
             return
         if isinstance(node, ast.Assign):
             for target in node.targets:
@@ -236,14 +238,14 @@ class Names:
                 self._expression(part, inner)
             return
         if isinstance(node, ast.NamedExpr):
-            self._target(node.target, node.value, scope, False, node)
+            self._target(node.target, node.value, scope, False, node, walrus=True)
         if isinstance(node, ast.Call):
             self._mutating_call(node, scope, node)
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.expr):
                 self._expression(child, scope)
 
-    def _target(self, target, value, scope, top, node, iterated=False, entered=False):
+    def _target(self, target, value, scope, top, node, iterated=False, entered=False, walrus=False):
         if isinstance(target, ast.Name):
             if value is None:
                 values = [OTHER]
@@ -253,10 +255,10 @@ class Names:
                 values = self.entered_values(value, scope)
             else:
                 values = self.values(value, scope)
-            self.bind(scope, target.id, values, replace=top)
-            self.bound_exprs.setdefault((id(scope.owner_of(target.id)), target.id), []).append(
-                (None if entered else value, iterated))
-            if scope.owner_of(target.id) is self.module:
+            self.bind(scope, target.id, values, replace=top, node=target, walrus=walrus)
+            owner = scope.owner_of(target.id, walrus)
+            self.bound_exprs.setdefault((id(owner), target.id), []).append((None if entered else value, iterated))
+            if owner is self.module:
                 self.bound_from.setdefault(target.id, []).append((value if value is not None else node, scope))
         elif isinstance(target, (ast.Tuple, ast.List)):
             paired = (not iterated and not entered and isinstance(value, (ast.Tuple, ast.List))
@@ -305,8 +307,10 @@ class Names:
             self.writes.append((base, name if isinstance(name, str) else None, value, node, scope,
                                 self._cell, self._students))
 
-    def bind(self, scope, name, values, replace=False):
-        owner = scope.owner_of(name)
+    def bind(self, scope, name, values, replace=False, node=None, walrus=False):
+        owner = scope.owner_of(name, walrus)
+        if owner is self.module:  # who binds each name of the notebook, and to what
+            self.module_bindings.setdefault(name, []).append((self._students, list(values), node, self._cell))
         held = owner.values.setdefault(name, [])
         if replace and owner is self.module and owner is scope:
             # an unconditional module-level binding replaces what the name held, except that a
@@ -678,10 +682,26 @@ def reaches_into_runtime(cells):
         if students:
             for node, scope in _walk_scoped(tree, names.module, names):
                 _read_node(node, scope, names, own, where, out, tree)
+    lab_defs = {id(node) for _, node, _, students in names.defs if not students}
     for base, attr, value, node, scope, where, students in names.writes:
         if students:
-            _read_write(base, attr, node, scope, names, where, out)
+            _read_write(base, attr, node, scope, names, where, out, lab_defs)
+    _read_rebindings(names, out)
     return list(dict.fromkeys(out.found))
+
+
+def _read_rebindings(names, out):
+    """A student cell may not rebind, at the notebook's top level, a function, class or
+    library name that the lab's own cells define: the tests use them (`student.ScriptedLM`,
+    the kernel's `torch`). Importing the same library again under the same name is fine."""
+    for name, bindings in names.module_bindings.items():
+        lab = [v for students, values, _, _ in bindings if not students for v in values if v[0] in ("def", "path")]
+        if not lab:
+            continue
+        lab_paths = {v[1] for v in lab if v[0] == "path"}
+        for students, values, node, where in bindings:
+            if students and not all(v[0] == "path" and v[1] in lab_paths for v in values):
+                out.add(f"rebinds {name}, which the lab defines and its tests use", where, node)
 
 
 def _read_node(node, scope, names, own, where, out, tree):
@@ -749,8 +769,13 @@ def _read_node(node, scope, names, own, where, out, tree):
             out.add(f"{name}(...) with a computed name", where, node)
 
 
-def _read_write(base, attr, node, scope, names, where, out):
+def _read_write(base, attr, node, scope, names, where, out, lab_defs=frozenset()):
     """`X.attr = v`, `del X.attr`, `setattr(X, ...)`: only on objects the notebook made."""
+    held = names.values(base, scope)
+    lab = [v[1] for v in held if v[0] == "def" and id(v[1]) in lab_defs]
+    if lab:
+        out.add(f"changes {lab[0].name}.{attr or '...'} (the lab's own, which its tests use)", where, node)
+        return
     paths = names.paths(base, scope)
     changed = [f"{p}.{attr}" if attr else p for p in paths]
     if changed and not all(c.startswith(SETTINGS_OK) for c in changed):

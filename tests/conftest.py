@@ -17,7 +17,7 @@ from labtools.labs import REPO_ROOT, built_labs
 
 # Modules whose tests need no kernel, no nbgrader run and no cluster: together they run in
 # well under a minute (`python3 course.py test -m "not slow"`). Every other test is marked slow.
-FAST_MODULES = {"test_wire", "test_nbcells", "test_collect", "test_sanitize", "test_tampering", "test_source_rules",
+FAST_MODULES = {"test_wire", "test_nbcells", "test_collect", "test_sanitize", "test_tampering", "test_source_rules", "test_reader",
                 "test_cluster", "test_gradebook_schema", "test_lms", "test_similarity", "test_report", "test_pretrained"}  # test_report marks its own slow tests
 
 

@@ -3,7 +3,8 @@ the judge through the in-process harness (the same Judge, reader and wire as gra
 attacks are graded by real nbgrader runs in tests/test_anticheat.py). Each attack is measured
 against its honest twin (the file without the `# cheat:` lines, with the `# honest:` lines):
 no test gives the attack more than the twin, an attack that says `Flagged for review: yes`
-is sent to review with no test run, and one that says `no` scores exactly as its twin."""
+is sent to review with no test run, and one that says `no` is caught by the tests themselves (a
+rule on the code, a check on data) and not sent to review."""
 
 from __future__ import annotations
 
@@ -47,6 +48,5 @@ def test_attack_scores_no_more_than_its_honest_twin(lab_id, name):
     assert not gained, f"{name} scored more than honestly earned (test: (honest, got)): {gained}"
     if flagged.group(1) == "yes":
         assert all(not passed and error.startswith("NeedsReview") for _, passed, error in cheated.values()), cheated
-    else:
-        assert {g: s[:2] for g, s in cheated.items()} == {g: s[:2] for g, s in honest.items()}
+    else:  # caught by the tests themselves (a rule, a check on data): never sent to review
         assert not any(error.startswith("NeedsReview") for _, _, error in cheated.values()), cheated

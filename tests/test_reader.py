@@ -114,3 +114,32 @@ def test_what_is_not_on_the_allowlist_goes_to_review(source, expected):
     found = reaches_into_runtime([("lab", PRELUDE, False), ("answer", source, True)])
     assert any(expected in f for f in found), found
     assert all("answer, line" in f for f in found), "a finding says where it is"
+
+
+LAB_HELPERS = PRELUDE + ("class ScriptedLM(nn.Module):\n    def forward(self, ids):\n        return ids.float()\n\n\n"
+                         "def make_test_tokenizer():\n    return None\n")
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("class ScriptedLM(nn.Module):\n    def forward(self, ids):\n        return ids.float() * 0", "rebinds ScriptedLM"),
+    ("def make_test_tokenizer():\n    return 'mine'", "rebinds make_test_tokenizer"),
+    ("make_test_tokenizer = lambda: 'mine'", "rebinds make_test_tokenizer"),
+    ("ScriptedLM.forward = lambda self, ids: ids", "changes ScriptedLM.forward"),
+    ("setattr(ScriptedLM, 'forward', print)", "changes ScriptedLM.forward"),
+    ("class Fake:\n    Linear = None\nnn = Fake()", "rebinds nn"),
+    ("import numpy as torch", "rebinds torch"),
+    ("if True:\n    F = None", "rebinds F"),
+])
+def test_the_labs_own_helpers_and_names_cannot_be_replaced(source, expected):
+    found = reaches_into_runtime([("lab", LAB_HELPERS, False), ("answer", source, True)])
+    assert any(expected in f for f in found), found
+
+
+@pytest.mark.parametrize("source", [
+    "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F",   # the same imports again
+    "def f(ScriptedLM):\n    return ScriptedLM",                                # a parameter of that name
+    "def g():\n    nn = 3\n    return nn",                                     # a local of that name
+    "lm = ScriptedLM()\nlm.cache = {}",                                         # an object the answer made
+])
+def test_using_the_labs_names_is_not_replacing_them(source):
+    assert reaches_into_runtime([("lab", LAB_HELPERS, False), ("answer", source, True)]) == []
