@@ -30,7 +30,7 @@ from traitlets import Bool, Float, Integer, Type, Unicode
 import secrets
 import time
 
-from . import cgroups, judge, nbcells, sandbox
+from . import cgroups, incidents, judge, nbcells, sandbox
 from .guard import TestGuard, cell_role
 
 OUT_OF_MEMORY = (
@@ -139,6 +139,8 @@ class GradingExecute(TestGuard, Execute):
                 k: round(v, 3) for k, v in self._timing.items()}
 
     def _preprocess(self, nb, resources=None, *args, **kwargs):
+        incidents.reset(nb)  # what went wrong in this run, recorded as data where it happens
+        self._nb = nb
         source = judge.lab_source_path(self.config, resources)
         source_nb = nbcells.read(source) if source else None
         self._judge, self._ran, self._deaths = None, [], 0
@@ -157,6 +159,18 @@ class GradingExecute(TestGuard, Execute):
         self._add_time("kernel start", start)
         return kc
 
+    def _incident(self, cell, kind: str, detail: str = "") -> None:
+        nb = getattr(self, "_nb", None)
+        if nb is not None:
+            where = nbcells.grade_id(cell) or f"code cell {next((i for i, c in enumerate(nb.cells) if c is cell), '?')}"
+            incidents.record(nb, where, kind, detail)
+
+    async def _async_handle_timeout(self, timeout, cell=None):
+        # nbclient's own timeout (the kernel did not answer within Execute.timeout): known here, not from the cell's text
+        if cell is not None:
+            self._incident(cell, "timeout", f"no reply within {timeout} s")
+        return await super()._async_handle_timeout(timeout, cell)
+
     def _add_time(self, phase: str, start: float) -> None:
         timing = getattr(self, "_timing", None)
         if timing is not None:
@@ -168,6 +182,8 @@ class GradingExecute(TestGuard, Execute):
         """A test cell of a judged lab: decided by the judge, never run in the kernel."""
         self._judge.channel.deadline = time.monotonic() + (self.timeout or 120)
         verdict = self._judge.run(nbcells.grade_id(cell))
+        if verdict.incident:
+            self._incident(cell, verdict.incident, verdict.evalue)
         cell.outputs = verdict.outputs()
         cell.execution_count = None
         return cell
@@ -225,6 +241,7 @@ class GradingExecute(TestGuard, Execute):
         if self._deaths > self.max_kernel_deaths:
             raise DeadKernelError(f"the kernel was restarted {self._deaths} times; giving up on this notebook")
         self.log.warning("CUDA error in cell %s; restarting and replaying earlier cells", index)
+        self._incident(cell, "gpu_error")
         cell.outputs.append(nbformat.v4.new_output("error", ename="GPUError", evalue=GPU_BROKEN,
                                                    traceback=[f"GPUError: {GPU_BROKEN}"]))
         self._restart_and_replay()
@@ -258,9 +275,11 @@ class GradingExecute(TestGuard, Execute):
         self.log.warning("kernel died in cell %s; restarting and replaying earlier cells", index)
         if getattr(self, "_oom", False) or self._out_of_memory():
             text = OUT_OF_MEMORY.format(mb=self.km.memory_mb)
+            self._incident(cell, "out_of_memory")
             cell.outputs.append(nbformat.v4.new_output(
                 "error", ename="MemoryError", evalue=text, traceback=[f"MemoryError: {text}"]))
         else:
+            self._incident(cell, "kernel_died")
             cell.outputs.append(nbformat.v4.new_output(
                 "error", ename="KernelDied", evalue=KERNEL_DIED, traceback=[f"KernelDied: {KERNEL_DIED}"]))
         self._oom = False

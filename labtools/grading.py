@@ -483,37 +483,35 @@ def _ctrl_c_noted():
 
 
 def _incidents(autograded: Path) -> list[str]:
-    """What went wrong while the notebook ran, in words: tampering, timeouts, dead kernels."""
+    """What went wrong while the notebook ran, in words, from the typed records the grading
+    steps left in its metadata (labtools/incidents.py), never from what its cells show."""
     import nbformat
+
+    from . import incidents
+    from .restore import restored
 
     if not autograded.exists():
         return []
-    from .guard import NOTICE
-
-    from .restore import restored
-
     nb = nbformat.read(str(autograded), as_version=4)
-    cells = [c for c in nb.cells if c.cell_type == "code"]
-    names = [o.get("ename") for c in cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    tampered = sum(any(o.get("output_type") == "stream" and str(o.get("text", "")).startswith(NOTICE)
-                       for o in c.get("outputs", [])) for c in cells)
-    parts = [f"the test environment was tampered with before {tampered} test cell{'s' if tampered > 1 else ''} "
-             "(undone; see the notebook)"] if tampered else []
+    recorded = incidents.read(nb)
+    if recorded is None:  # graded by a labtools from before the records (kept on resume): what it showed
+        recorded = _incidents_from_outputs(nb)
+    parts = incidents.describe([i for i in recorded if i.kind == "tampered"])
     changes = restored(nb)
     if changes:
         parts.append("metadata restored from the release: " + "; ".join(
             f"{c.get('cell')}: {c.get('change')}" for c in changes[:6]) + ("; ..." if len(changes) > 6 else ""))
-    review = sum(any(o.get("ename") == "NeedsReview" for o in c.get("outputs", [])) for c in cells)
-    if review:  # judge.NEEDS_REVIEW
-        parts.append(f"needs review by hand: {review} test cell{'s' if review > 1 else ''} not run, because the "
-                     "notebook reaches into the grader or the Python runtime (see the notebook)")
-    for ename, words in (("CellTimeoutError", "timed out"), ("KernelDied", "killed the kernel"),
-                         ("MemoryError", "ran out of memory"), ("GPUError", "broke the GPU (restarted)"),
-                         ("GuardUnavailable", "not scored: the notebook broke the grader's test guard")):
-        count = names.count(ename)
-        if count:
-            parts.append(f"{count} cell{'s' if count > 1 else ''} {words}")
-    return parts
+    return parts + incidents.describe([i for i in recorded if i.kind != "tampered"])
+
+
+def _incidents_from_outputs(nb) -> list:
+    """Incidents of a notebook autograded before they were recorded as data (one release only)."""
+    from .incidents import Incident
+
+    kinds = {"NeedsReview": "needs_review", "CellTimeoutError": "timeout", "KernelDied": "kernel_died",
+             "MemoryError": "out_of_memory", "GPUError": "gpu_error", "GuardUnavailable": "guard_unavailable"}
+    return [Incident(str(i), kinds[o.get("ename")]) for i, c in enumerate(nb.cells) if c.cell_type == "code"
+            for o in c.get("outputs", []) if o.get("output_type") == "error" and o.get("ename") in kinds]
 
 
 def _result(gb, lab_id: str, student: str, failure: str | None, feedback: Path | None) -> StudentResult:

@@ -149,8 +149,12 @@ class TestGuard(HasTraits):
         if undone is None:  # the guard was removed or broken by the notebook: no score
             cell.outputs.append(nbformat.v4.new_output(
                 "error", ename="GuardUnavailable", evalue=GUARD_UNAVAILABLE, traceback=[f"GuardUnavailable: {GUARD_UNAVAILABLE}"]))
+            if hasattr(self, "_incident"):
+                self._incident(cell, "guard_unavailable")
         elif undone:
             cell.outputs.insert(0, nbformat.v4.new_output("stream", name="stdout", text=NOTICE + "; ".join(undone) + ".\n"))
+            if hasattr(self, "_incident"):
+                self._incident(cell, "tampered", "; ".join(undone))
 
     # -- talking to the kernel -------------------------------------------------------------
     async def _guard_call(self, call: str) -> list[str] | None:

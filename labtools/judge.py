@@ -83,6 +83,7 @@ class Verdict:
     ename: str = ""
     evalue: str = ""
     details: list[str] = field(default_factory=list)
+    incident: str = ""  # set by the judge alone (labtools/incidents.py), never from what the student raised
 
     def outputs(self) -> list:
         import nbformat
@@ -241,12 +242,12 @@ class Judge:
                            evalue=f"{grade_id!r} is not a test of this lab: the cell was not run")
         if self.review:
             shown = "; ".join(self.review[:4]) + ("; ..." if len(self.review) > 4 else "")
-            return Verdict(grade_id, False, ename=NEEDS_REVIEW, evalue=(
+            return Verdict(grade_id, False, ename=NEEDS_REVIEW, incident="needs_review", evalue=(
                 "not run: your notebook reaches into the grader or the Python runtime, which no exercise "
                 f"needs ({shown}). Your instructor will read it and grade it by hand."))
         self._catch_up(self._order[id(cell)])
         if self._setup_error:
-            return Verdict(grade_id, False, ename="GraderSetupError",
+            return Verdict(grade_id, False, ename="GraderSetupError", incident="grader_setup",
                            evalue=f"the grader's own setup failed ({self._setup_error}); tell your instructor")
         out = io.StringIO()
         source = nbcells.strip_markers(cell.source)
@@ -256,7 +257,8 @@ class Judge:
         except Exception as exc:  # noqa: BLE001 - a failed test, whatever it raised
             if type(exc).__name__ == "DeadKernelError":
                 raise  # the grader restarts the kernel and says so in this cell
-            return Verdict(grade_id, False, out.getvalue(), *_describe_failure(exc))
+            return Verdict(grade_id, False, out.getvalue(), *_describe_failure(exc),
+                           incident="timeout" if isinstance(exc, JudgeTimeout) else "")
         finally:
             self.channel.end_test()
         return Verdict(grade_id, True, out.getvalue())

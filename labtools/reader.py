@@ -745,7 +745,8 @@ def _read_node(node, scope, names, own, where, out, tree):
         elif attr in INSTRUMENT_ATTRS:
             out.add(f".{attr} (a test's measurement)", where, node)
         elif attr.startswith("_") and not dunder and attr not in own \
-                and not (isinstance(node.value, ast.Name) and node.value.id == _method_self(scope)):
+                and not (isinstance(node.value, ast.Name) and node.value.id == _method_self(scope)) \
+                and "os._exit" not in names.paths(node, scope):  # it only ends the kernel, which the grader survives
             out.add(f".{attr} (a private attribute of an object this notebook did not define)", where, node)
         else:
             for p in names.paths(node, scope):

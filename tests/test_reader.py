@@ -87,6 +87,7 @@ def test_forbidden_calls_are_found_wherever_they_are_bound(name, source):
     ("names chosen from literals", "def copy(mine, theirs):\n    for name in ('weight', 'bias'):\n"
                                    "        setattr(mine, name, getattr(theirs, name))"),
     ("a function's name by getattr", "def label(fn):\n    return getattr(fn, '__name__', repr(fn))"),
+    ("ending the kernel", "import os\nos._exit(1)"),
     ("a global counter", "CALLS = 0\ndef f(x):\n    global CALLS\n    CALLS += 1\n    return x"),
     ("plotting and progress bars", "import matplotlib.pyplot as plt\nfrom tqdm.auto import tqdm\n"
                                    "for i in tqdm(range(3)):\n    plt.plot([i])\nplt.rcParams['figure.dpi'] = 80"),
