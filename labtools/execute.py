@@ -7,10 +7,14 @@
   student's whole autograde: the cell gets a `KernelDied` error, a fresh kernel
   replays the cells that ran before it (outputs discarded), and the notebook goes on,
   so every later test is still scored.
-- In a lab that uses the judge (labtools/judge.py), test cells never run in the
-  kernel: the judge runs them from the lab's source, in this process, calling the
-  student's code through the kernel as data, and writes their outputs. In other
-  labs the test guard (labtools/guard.py) undoes tampering around every test cell.
+- Test cells never run in the kernel: the judge (labtools/judge.py) runs them from the
+  lab's source, in this process, calling the student's code through the kernel as
+  data, and writes their outputs. A lab whose source does not say it is judged is
+  refused (`use_judge = False` runs test cells in the kernel, as plain nbgrader does:
+  for comparison only).
+- The kernel starts without NBGRADER_EXECUTION (LABS_FAST=1 keeps the fast mode that
+  variable used to switch on), so code cannot behave differently when graded.
+- What goes wrong is recorded as data where it happens (labtools/incidents.py).
 Timeouts are nbgrader's own (`Execute.timeout`, interrupt then move on).
 """
 
@@ -31,7 +35,6 @@ import secrets
 import time
 
 from . import cgroups, incidents, judge, nbcells, sandbox
-from .guard import TestGuard, cell_role
 
 OUT_OF_MEMORY = (
     "the notebook's processes together used more memory than a grading kernel may ({mb} MiB): the kernel "
@@ -45,6 +48,18 @@ KERNEL_DIED = (
     "the kernel died while running this cell (os._exit, a crash, or out of memory); "
     "the notebook went on in a fresh kernel"
 )
+
+
+def kernel_env(env: dict | None) -> dict:
+    """The grading kernel's environment: no sign that it is being graded."""
+    env = dict(os.environ if env is None else env)
+    if env.pop("NBGRADER_EXECUTION", None) is not None:
+        env["LABS_FAST"] = "1"
+    return env
+
+
+class LabNotJudged(RuntimeError):
+    """The lab's source notebook is missing or does not say `"labtools": {"judge": true}`."""
 
 
 class LimitedKernelManager(AsyncKernelManager):
@@ -117,18 +132,18 @@ class LimitedKernelManager(AsyncKernelManager):
             self._box = self._bwrap = None
 
 
-class GradingExecute(TestGuard, Execute):
+class GradingExecute(Execute):
     kernel_manager_class = Type(LimitedKernelManager, config=True)
     max_kernel_deaths = Integer(3, help="give up on a notebook after this many kernel deaths").tag(config=True)
-    use_judge = Bool(True, help="decide the test cells of judged labs in the judge, outside the kernel "
-                 "(off: run them in the kernel, as plain nbgrader does; for comparison only)").tag(config=True)
+    use_judge = Bool(True, help="decide the test cells in the judge, outside the kernel "
+                     "(off: run them in the kernel, as plain nbgrader does; for comparison only)").tag(config=True)
+    helper_timeout = Float(60.0, help="seconds the grader's own code may take in the kernel").tag(config=True)
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("kernel_manager_class", LimitedKernelManager)
         super().__init__(*args, **kwargs)
         self._ran: list = []
         self._deaths = 0
-        self._guard_reset()
 
     def preprocess(self, nb, resources=None, *args, **kwargs):
         self._timing = {"kernel start": 0.0, "setup cell": 0.0, "notebook cells": 0.0, "test cells": 0.0}
@@ -144,18 +159,29 @@ class GradingExecute(TestGuard, Execute):
         source = judge.lab_source_path(self.config, resources)
         source_nb = nbcells.read(source) if source else None
         self._judge, self._ran, self._deaths = None, [], 0
-        if self.use_judge and source_nb is not None and judge.uses_judge(source_nb):
+        if self.use_judge and (source_nb is None or not judge.uses_judge(source_nb)):
+            raise LabNotJudged(f"{source or 'the lab source notebook'}: not found, or not a judged lab "
+                               "(its metadata needs \"labtools\": {\"judge\": true}); nothing was graded")
+        if self.use_judge:
             self._agent_module = f"_labtools_agent_{secrets.token_hex(8)}"
             channel = judge.KernelChannel(self, f"__import__('sys').modules[{self._agent_module!r}].agent")
             self._judge = judge.Judge(source_nb, channel, [c for c in nb.cells if c.cell_type == "code"])
         return super().preprocess(nb, resources, *args, **kwargs)
+
+    async def async_start_new_kernel(self, **kwargs):
+        if self.use_judge:  # the comparison mode is plain nbgrader's, environment included
+            kwargs["env"] = kernel_env(kwargs.get("env"))
+        return await super().async_start_new_kernel(**kwargs)
+
+    # nbclient binds its sync names to its own coroutines: rebind them to these.
+    start_new_kernel = run_sync(async_start_new_kernel)
 
     async def async_start_new_kernel_client(self):
         start = time.monotonic()
         kc = await super().async_start_new_kernel_client()
         if getattr(self, "_judge", None) is not None:  # after a restart too
             self._judge.channel.reset()
-            await self._guard_run(judge.agent_bootstrap(self._agent_module))
+            await self._run_hidden(judge.agent_bootstrap(self._agent_module))
         self._add_time("kernel start", start)
         return kc
 
@@ -198,25 +224,10 @@ class GradingExecute(TestGuard, Execute):
             self._add_time(phase, start)
 
     def _preprocess_cell(self, cell, resources, index):
-        role = cell_role(cell)
-        if getattr(self, "_judge", None) is not None:
-            try:
-                if role == "test":
-                    return self._judge_cell(cell), resources
-                cell, resources = super(TestGuard, self).preprocess_cell(cell, resources, index)
-            except DeadKernelError:
-                return self._after_death(cell, index), resources
-            if self._out_of_memory() or self._memory_error(cell):
-                return self._after_death(cell, index), resources
-            if self._gpu_broken(cell):
-                return self._after_gpu_error(cell, index), resources
-            if cell.cell_type == "code":
-                self._ran.append((cell, index))
-            return cell, resources
-        undone = self.guard_before(cell, role)
         try:
+            if getattr(self, "_judge", None) is not None and nbcells.role(cell) == "test":
+                return self._judge_cell(cell), resources
             cell, resources = super().preprocess_cell(cell, resources, index)
-            self.guard_after(cell, role, undone)
         except DeadKernelError:
             return self._after_death(cell, index), resources
         if self._out_of_memory() or self._memory_error(cell):
@@ -226,6 +237,19 @@ class GradingExecute(TestGuard, Execute):
         if cell.cell_type == "code":
             self._ran.append((cell, index))
         return cell, resources
+
+    async def _run_hidden(self, code: str) -> None:
+        """Run the grader's own code in the kernel, outside the notebook (no history, no cell)."""
+        def complain(msg):
+            if msg["msg_type"] == "error":
+                self.log.warning("the grader's code failed in the kernel: %s: %s",
+                                 msg["content"].get("ename"), msg["content"].get("evalue"))
+
+        try:
+            await self.kc.execute_interactive(code, silent=True, store_history=False, allow_stdin=False,
+                                              output_hook=complain, timeout=self.helper_timeout)
+        except Exception as exc:  # noqa: BLE001 - a timeout, a dead kernel: the judge's first call says so
+            self.log.warning("the grader's code got no answer from the kernel (%s: %s)", type(exc).__name__, exc)
 
     @staticmethod
     def _gpu_broken(cell) -> bool:

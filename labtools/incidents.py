@@ -1,8 +1,7 @@
 """What went wrong while a submission was graded, recorded as data where it happens.
 
 A grading step that meets an incident (the kernel died or ran out of memory, a cell timed
-out, the GPU broke, the judge sent the notebook to review or its own setup failed, the
-test guard undid tampering) appends a record {"cell", "kind", "detail"} to the autograded
+out, the GPU broke, the judge sent the notebook to review or its own setup failed) appends a record {"cell", "kind", "detail"} to the autograded
 notebook's metadata (`labtools_grader.incidents`), which the grader resets before every
 run: a submission cannot bring its own. The report and problems.csv read these records,
 never the text of a cell's outputs, so a student's exception named `NeedsReview` or
@@ -21,7 +20,7 @@ WORDS = {
     "kernel_died": "killed the kernel",
     "out_of_memory": "ran out of memory",
     "gpu_error": "broke the GPU (restarted)",
-    "guard_unavailable": "not scored: the notebook broke the grader's test guard",
+    "guard_unavailable": "not scored: the notebook broke the grader's test guard",  # notebooks graded before 2026-11-28
     "grader_setup": "not scored: the grader's own setup failed (tell the course's maintainers)",
 }
 

@@ -28,6 +28,20 @@ def is_solution(cell) -> bool:
     return bool(nbgrader_meta(cell).get("solution"))
 
 
+def role(cell) -> str:
+    """'test', 'solution', 'given' (a read-only instructor cell) or 'other'."""
+    if cell.cell_type != "code":
+        return "other"
+    meta = nbgrader_meta(cell)
+    if meta.get("solution"):
+        return "solution"
+    if meta.get("grade"):
+        return "test"
+    if meta.get("locked"):
+        return "given"
+    return "other"
+
+
 def is_autograded_test(cell) -> bool:
     meta = nbgrader_meta(cell)
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")

@@ -2,7 +2,7 @@
 
 Each attack is graded with the course's configuration (lab01 is judged: its tests run
 in the judge, outside the student's kernel) and with labtools switched off (no judge,
-no guard: the lab's test cells run in the kernel, as plain nbgrader runs them). Its
+the lab's test cells run in the kernel, as plain nbgrader runs them). Its
 honest twin, the same file without the `# cheat:begin/end` lines (and with the
 `# honest:begin/end` lines, where an attack replaces code the twin writes openly), is
 the measure: graded by the course, no attack may score more than its twin in any test
@@ -22,9 +22,9 @@ import pytest
 import torch
 from nbgrader.api import Gradebook
 
-from labtools import judge, kernel_guard, nbcells
+from labtools import judge, nbcells
+from labtools.execute import kernel_env
 from labtools.grading import grade
-from labtools.guard import bound_names, kernel_env
 from labtools.labs import get_lab
 from labtools.submissions import fill_release
 
@@ -78,7 +78,7 @@ def _grade_class(tmp: Path, files: dict[str, str], labtools_on: bool):
     course = make_course(tmp / "course", [LAB])
     if not labtools_on:
         with open(course / "nbgrader_config.py", "a") as config:
-            config.write("\nc.GradingExecute.guard = False\nc.GradingExecute.use_judge = False\n")
+            config.write("\nc.GradingExecute.use_judge = False\n")
     archive = write_zip(tmp / "class.zip", {f"{s}/{LAB.notebook_name}": t for s, t in files.items()})
     report = grade(LAB.lab_id, archive, course_dir=course, hide_progress=True, workers=2, log=lambda *a: None)
     return course, {r.student: r for r in report.results}
@@ -188,51 +188,6 @@ def test_hidden_tests_never_reach_the_students_kernel(graded):
 
 
 # -- the pieces, on fresh inputs ---------------------------------------------------------
-
-def test_honest_values_pass_the_output_check():
-    from collections import namedtuple
-    from dataclasses import dataclass
-
-    Pair = namedtuple("Pair", "output weights")
-
-    @dataclass(eq=False)
-    class Plain:
-        x: int
-
-    honest = [torch.randn(3), torch.nn.Parameter(torch.ones(2)), torch.nn.Linear(2, 2), 3, 2.5, "text",
-              None, [torch.ones(1), (1, 2)], {"a": torch.zeros(2)}, Pair(torch.ones(1), torch.ones(1)), Plain(1),
-              torch.tensor(1.0).numpy()]
-    for value in honest:
-        assert kernel_guard.dishonesty(value) is None, value
-
-
-def test_deceptive_values_fail_the_output_check():
-    class Faker:
-        __class__ = property(lambda self: torch.Tensor)
-
-    Faker.__module__ = "__main__"
-
-    class Yes(float):
-        def __eq__(self, other):
-            return True
-
-    Yes.__module__ = "__main__"
-
-    class Sub(torch.Tensor):
-        pass
-
-    Sub.__module__ = "__main__"
-    for value in [Faker(), Yes(1.0), torch.ones(2).as_subclass(Sub), [1, Yes(2.0)], {"k": (Faker(),)}]:
-        assert kernel_guard.dishonesty(value), value
-
-
-def test_bound_names_reads_top_level_bindings():
-    source = ("import torch.nn.functional as F\nimport math, os.path\nfrom x import y as z\n"
-              "def f():\n    inner = 1\nclass C: pass\na, (b, c) = 1, (2, 3)\nd: int = 4\nfor i in []: pass\n")
-    assert bound_names(source) == ["F", "math", "os", "z", "f", "C", "a", "b", "c", "d", "i"]
-    assert bound_names(source, functions_only=True) == ["f"]
-    assert bound_names("def broken(:") == []
-
 
 def test_kernel_env_hides_that_it_is_grading():
     env = kernel_env({"NBGRADER_EXECUTION": "autograde", "PATH": "/bin"})

@@ -1,4 +1,4 @@
-"""Grading time per submission: the judge against the in-kernel test guard.
+"""Grading time per submission: the judge against test cells run in the kernel (plain nbgrader).
 
     .venv/bin/python tests/benchmarks/judge_time.py [--labs lab01_attention lab02_multihead] [--submissions 9] [--rounds 3]
 
@@ -6,7 +6,7 @@ For each judged lab, the same class (reference answers, the untouched release an
 wrong answer, in turn) is autograded twice by nbgrader's own `nbgrader autograde`, one
 student after another, with the course's nbgrader_config.py (sandbox, metadata
 restore, sanitizing): once as configured (tests decided by the judge) and once with
-`--GradingExecute.use_judge=False` (tests run in the kernel under the test guard, as
+`--GradingExecute.use_judge=False` (tests run in the kernel, unguarded, as
 before the judge). Prints seconds per submission for each and the growth. Not a
 test: run it on a quiet machine and quote the figures.
 """
@@ -78,7 +78,7 @@ def main() -> None:
         n = args.submissions
         print(f"{lab_id}: {n} submissions, one after another (fastest of {args.rounds} round(s))")
         print(f"  judge:             {judged / n:6.2f} s per submission")
-        print(f"  in-kernel guard:   {guarded / n:6.2f} s per submission")
+        print(f"  in the kernel:     {guarded / n:6.2f} s per submission")
         print(f"  growth:            {100 * (judged / guarded - 1):+6.1f} %")
 
 
