@@ -19,6 +19,7 @@ helper cannot be redefined by the submission. `GradingExecute` (execute.py) uses
 
 from __future__ import annotations
 
+import ast
 import base64
 import contextlib
 import io
@@ -46,7 +47,8 @@ def handle_cell_source() -> str:
             "import types as _types\n\n"
             "labwire = _types.ModuleType(\"labwire\")\n"
             f"exec({WIRE_SOURCE + chr(10) + RULES_SOURCE!r}, labwire.__dict__)\n"
-            "student = labwire.Student(labwire.LocalChannel(labwire.Agent(globals())))\n\n\n"
+            "student = labwire.Student(labwire.LocalChannel(labwire.Agent(globals())))\n"
+            "lab = labwire.Lab(student._channel)  # the lab's own helpers: here, this notebook's\n\n\n"
             "def calls_in_answer(entry, targets):\n"
             "    \"\"\"Uses of `targets` in the code your `entry` reaches (the cells run so far).\"\"\"\n"
             "    import linecache\n"
@@ -141,13 +143,32 @@ def needs_review(source_nb, submission_cells) -> list[str]:
         cells.append((where, source, not is_lab_cell(cell, locked)))
         texts[where] = source.splitlines()
     found = []
-    for finding in reader.reaches_into_runtime(cells):
+    for finding in reader.reaches_into_runtime(cells, notebook_names_read(source_nb)):
         where, _, line = finding.rpartition("(")[2].rstrip(")").partition(", line ")
         lines = texts.get(where, [])
         text = lines[int(line) - 1].strip() if line.isdigit() and 0 < int(line) <= len(lines) else None
         if text not in lab_lines or finding.startswith(("rebinds ", "changes ")):
             found.append(finding)
     return found
+
+
+def notebook_names_read(source_nb) -> set[str]:
+    """Names of the notebook, other than answers, that the tests read there as `student.X`
+    (lab 4's pretrained `hf_model`, the given classes an answer must be built on). The
+    lab's other helpers reach the kernel as `lab.X`, built from the judge's own text."""
+    import re
+
+    answers, read = set(), set()
+    for cell in source_nb.cells:
+        if cell.cell_type != "code":
+            continue
+        tree = reader.parse(nbcells.strip_markers(cell.source))
+        if nbcells.is_solution(cell) and tree is not None:
+            answers |= {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+            answers |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+        elif nbcells.is_autograded_test(cell) or JUDGE_TAG in cell.metadata.get("tags", []):
+            read |= set(re.findall(r"\bstudent\.([A-Za-z_]\w*)", cell.source))
+    return read - answers
 
 
 def library_has(path: str) -> bool | None:
@@ -208,8 +229,10 @@ class Judge:
         self._order = {id(c): i for i, c in enumerate(source_nb.cells)}
         self._ran = 0
         self._setup_error = ""
+        # `lab.X`: the lab's helpers where the student's code runs, built there from this text
+        lab_text = "\n\n".join(nbcells.strip_markers(c.source) for c in self._cells)
         self.namespace = {"__name__": "__judge__", "student": wire.Student(channel), "labwire": wire,
-                          "JUDGE_CACHE": _cache_for(self._cells)}
+                          "lab": wire.Lab(channel, lab_text), "JUDGE_CACHE": _cache_for(self._cells)}
         cells = _code_cells(submission_sources)
         locked = lab_cell_ids(source_nb)
         # the handle cell (known by identity) is the grader's own wire, not code an answer reaches
@@ -258,8 +281,9 @@ class Judge:
         except Exception as exc:  # noqa: BLE001 - a failed test, whatever it raised
             if type(exc).__name__ == "DeadKernelError":
                 raise  # the grader restarts the kernel and says so in this cell
-            return Verdict(grade_id, False, out.getvalue(), *_describe_failure(exc),
-                           incident="timeout" if isinstance(exc, JudgeTimeout) else "")
+            incident = ("timeout" if isinstance(exc, JudgeTimeout) else
+                        "grader_setup" if isinstance(exc, wire.LabSetupError) else "")
+            return Verdict(grade_id, False, out.getvalue(), *_describe_failure(exc), incident=incident)
         finally:
             self.channel.end_test()
         return Verdict(grade_id, True, out.getvalue())
@@ -274,6 +298,8 @@ def _describe_failure(exc: BaseException) -> tuple[str, str]:
         return "WireError", f"the grader could not read what your code returned: {exc}"
     if isinstance(exc, JudgeTimeout):
         return "Timeout", str(exc)
+    if isinstance(exc, wire.LabSetupError):
+        return "GraderSetupError", f"{exc}; tell your instructor"
     # an error of the test code itself on data it did not expect: show where, briefly
     last = traceback.extract_tb(exc.__traceback__)[-1:]
     where = f" (at {last[0].name}, line {last[0].lineno})" if last else ""
@@ -313,8 +339,9 @@ class KernelChannel(wire.Channel):
             run_sync(self._end)()
 
     def reset(self) -> None:
-        """The kernel was (re)started: nothing is serving."""
+        """The kernel was (re)started: nothing is serving, and the lab's helpers are gone."""
         self._serving = None
+        self.lab_defined = False
 
     async def _transfer(self, message: bytes) -> bytes:
         kc = self.client.kc
@@ -406,5 +433,5 @@ def lab_source_path(config, resources) -> Path | None:
 def agent_bootstrap(module_name: str) -> str:
     """Code that installs the Agent in a kernel under `sys.modules[module_name].agent`."""
     return (f"(lambda m: (__import__('sys').modules.__setitem__({module_name!r}, m), exec({WIRE_SOURCE!r}, m.__dict__),"
-            f" setattr(m, 'agent', m.Agent(get_ipython().user_ns)), setattr(m.agent, 'ask', get_ipython().kernel.raw_input)))"
+            f" setattr(m, 'agent', m.Agent(get_ipython().user_ns, lab={{}})), setattr(m.agent, 'ask', get_ipython().kernel.raw_input)))"
             f"(__import__('types').ModuleType({module_name!r}))")

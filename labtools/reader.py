@@ -107,6 +107,8 @@ class Names:
         self.defs = []          # (name, node, cell, is_students) for every def/class, in order
         self.writes = []        # (base expr, attr, value expr, node, scope, cell, is_students): X.attr = value
         self.touches = {}       # global name -> statements that change what it holds (d[k] = v, d.add(v))
+        self.touched_in = {}    # the same, with the cell and whether the student wrote it
+        self.assigned = {}      # id(a Name target) -> the expression assigned to it, when plain
         self.bound_from = {}    # global name -> (expression it was bound from, scope it is read in)
         self.bound_exprs = {}   # (id(scope), name) -> (expression or None, iterated) for every binding
         self.module_bindings = {}  # global name -> (is_students, values, node, cell) for every binding
@@ -256,6 +258,7 @@ class Names:
             else:
                 values = self.values(value, scope)
             self.bind(scope, target.id, values, replace=top, node=target, walrus=walrus)
+            self.assigned[id(target)] = None if (iterated or entered) else value
             owner = scope.owner_of(target.id, walrus)
             self.bound_exprs.setdefault((id(owner), target.id), []).append((None if entered else value, iterated))
             if owner is self.module:
@@ -295,6 +298,7 @@ class Names:
             root = root.value
         if isinstance(root, ast.Name):
             self.touches.setdefault(root.id, []).append((node, scope))
+            self.touched_in.setdefault(root.id, []).append((node, scope, self._cell, self._students))
 
     def _mutating_call(self, call, scope, node):
         """`d.append(v)`, `d.update(...)`: the statement changes what `d` holds."""
@@ -560,7 +564,9 @@ OS_FORBIDDEN = {"environ", "environb", "getenv", "putenv", "unsetenv", "system",
                 "forkpty", "dup", "dup2", "write", "execv", "execve", "execl", "execlp", "execvp", "spawnl", "spawnv",
                 "posix_spawn", "setsid", "chdir", "chroot", "sys", "open", "fdopen", "pipe"}
 TORCH_INTERNALS = ("torch.overrides", "torch.utils._python_dispatch", "torch._C", "torch._dynamo", "torch.library",
-                   "torch._ops", "torch._refs", "torch._prims", "torch.ops", "torch.sys", "torch.os")
+                   "torch._ops", "torch._refs", "torch._prims", "torch.ops", "torch.sys", "torch.os",
+                   # hooks on every module or every graph of the process (the lab's stand-in models too)
+                   "torch.nn.modules.module", "torch.autograd.graph", "torch.utils.hooks")
 # writable settings of a library (a seed, a precision or determinism switch): not a patch
 SETTINGS_OK = ("torch.backends.", "pandas.options.", "matplotlib.rcParams", "numpy.random.seed")
 # what a name of the kernel may be, but never in an answer
@@ -665,12 +671,14 @@ class _Finding:
         self.found.append(f"{what} ({where}, line {getattr(node, 'lineno', '?')})")
 
 
-def reaches_into_runtime(cells):
+def reaches_into_runtime(cells, read_by_tests=frozenset()):
     """What the student's cells do outside the allowed Python, as readable findings
     (`what (where, line n)`); [] for ordinary code.
 
     `cells` are (where, source, is_students) in notebook order: every cell binds names
-    (the lab's cells import torch as `torch`, `F`, ...); only the student's are read."""
+    (the lab's cells import torch as `torch`, `F`, ...); only the student's are read.
+    `read_by_tests` are names of the notebook (not answers) that the tests read there
+    (lab 4's `hf_model`): a student cell may neither rebind nor change them."""
     names = Names()
     trees = []
     for where, source, students in cells:
@@ -689,7 +697,31 @@ def reaches_into_runtime(cells):
         if students:
             _read_write(base, attr, node, scope, names, where, out, lab_defs)
     _read_rebindings(names, out)
+    _read_test_objects(names, read_by_tests, out)
     return list(dict.fromkeys(out.found))
+
+
+def _same_module_again(names, node, name):
+    """`hf_model = hf_model.eval()`: a module's own methods that return the module itself."""
+    value = names.assigned.get(id(node))
+    return (isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute) and isinstance(value.func.value, ast.Name)
+            and value.func.value.id == name and value.func.attr in ("to", "eval", "cpu", "cuda", "float", "train"))
+
+
+def _read_test_objects(names, read_by_tests, out):
+    for name in read_by_tests:
+        bindings = names.module_bindings.get(name, [])
+        if not any(not students for students, *_ in bindings):
+            continue  # the lab does not bind it here: nothing of the lab's to protect
+        for students, _, node, where in bindings:
+            if students and not _same_module_again(names, node, name):
+                out.add(f"rebinds {name}, which the lab binds and its tests read", where, node)
+        for node, scope, where, students in names.touched_in.get(name, []):
+            while scope is not None and name not in scope.values:
+                scope = scope.parent
+            if students and scope in (None, names.module):
+                out.add(f"changes {name} (the lab's, which its tests read)", where, node)
 
 
 def _read_rebindings(names, out):

@@ -2,7 +2,9 @@
 # build` copies it into every lab.) Tests call your code through `student`:
 # `student.softmax(x)` calls the `softmax` this notebook defines. Every argument and
 # every result crosses as plain data (tensors as safetensors, the rest as JSON), the
-# way the grader does it, so a test behaves here as it does when graded.
+# way the grader does it, so a test behaves here as it does when graded. `lab.X` is
+# the lab's own helper X (a stand-in model, say): here this notebook's; when graded,
+# built beside your code from the grader's copy of the read-only cells.
 """Calls to the student's code, as data.
 
 Three places use this one file:
@@ -374,12 +376,23 @@ def _unchanged(old, value):
 
 
 # -- the student's side --------------------------------------------------------------------
+class LabSetupError(RuntimeError):
+    """The lab's own helpers could not be built in the student's process: the grader's problem."""
+
+
 class Agent:
     """Answers requests against a namespace (the notebook's globals): looks names up,
-    calls, reads attributes and items, and keeps the objects it hands out as refs."""
+    calls, reads attributes and items, and keeps the objects it hands out as refs.
 
-    def __init__(self, namespace):
+    `lab` holds the lab's own helpers (stand-in models, tokenizers, training loops) that the
+    tests build where the student's code runs. In a notebook (lab=None) they are the
+    notebook's own; the grader passes an empty dict and fills it with `define_lab`, from
+    the judge's text of the lab's cells, so that no helper a test relies on is the copy a
+    submission could have redefined."""
+
+    def __init__(self, namespace, lab=None):
         self.namespace = namespace
+        self.lab = lab
         self.objects = {}
 
     def _ref(self, value):
@@ -420,6 +433,41 @@ class Agent:
         if name not in self.namespace:
             raise NameError(f"name '{name}' is not defined: run the cell that defines it")
         return self.namespace[name]
+
+    def _op_lab_get(self, name):
+        lab = self.namespace if self.lab is None else self.lab
+        if not lab:
+            raise WireError("the lab's helpers are not defined in this process")
+        if name not in lab:
+            raise NameError(f"the lab defines no helper '{name}'")
+        return lab[name]
+
+    def _op_define_lab(self, source):
+        """Run the lab's helper cells (`source`, the judge's text) in a namespace of their own.
+        The random generators are left as they were: defining helpers changes no answer."""
+        import contextlib
+        import io
+        import random
+        import types
+
+        states = (random.getstate(), np.random.get_state(), torch.random.get_rng_state(),
+                  torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None)
+        wire = types.ModuleType("labwire")
+        wire.__dict__.update(globals())
+        lab = {"__name__": "__lab__", "labwire": wire, "student": Student(LocalChannel(Agent(self.namespace)))}
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                exec(compile(str(source), "<the lab's own helpers>", "exec"), lab)
+        except Exception as exc:  # noqa: BLE001 - the grader's own cells: said as such, never the student's
+            raise LabSetupError(f"{type(exc).__name__}: {exc}") from None
+        finally:
+            random.setstate(states[0])
+            np.random.set_state(states[1])
+            torch.random.set_rng_state(states[2])
+            if states[3] is not None:
+                torch.cuda.set_rng_state_all(states[3])
+        self.lab = lab
+        return None
 
     def _op_getattr(self, obj, name):
         return getattr(obj, name)
@@ -560,6 +608,8 @@ class InputMutated(AssertionError):
 class Channel:
     """Sends requests to an Agent and decodes its replies; subclasses say how bytes travel."""
 
+    lab_defined = False  # has the Agent at the other end been given the lab's helpers?
+
     def transfer(self, message):
         raise NotImplementedError
 
@@ -624,6 +674,28 @@ class Student:
         if name.startswith("__"):
             raise AttributeError(name)
         return self._channel.request("get", name)
+
+
+class Lab:
+    """`lab.name` is the lab's own helper `name` (ScriptedLM, make_test_tokenizer, torch, ...)
+    where the student's code runs. Graded, it is built there from the judge's text of the
+    lab's cells (`source`), once per kernel, never taken from the notebook's names."""
+
+    def __init__(self, channel, source=None):
+        object.__setattr__(self, "_channel", channel)
+        object.__setattr__(self, "_source", source)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        channel = self._channel
+        if self._source is not None and not channel.lab_defined:
+            try:
+                channel.request("define_lab", self._source)
+            except StudentRaised as exc:
+                raise LabSetupError(f"the lab's helpers could not be built where your code runs ({exc})") from None
+            channel.lab_defined = True
+        return channel.request("lab_get", name)
 
 
 def _plain_class_name(cls):

@@ -80,13 +80,13 @@ def test_two_local_workers_leave_one_consistent_gradebook(local_graded):
 class _Cluster:
     """`dask scheduler` and `dask worker` processes, as an instructor starts them."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, env: dict | None = None):
         self.tmp = tmp
         self.file = tmp / "scheduler.json"
         self.procs: list[subprocess.Popen] = []
         self.workers: list[subprocess.Popen] = []
         self.scheduler = self._start([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
-                                      "--no-dashboard", "--scheduler-file", str(self.file)], "scheduler")
+                                      "--no-dashboard", "--scheduler-file", str(self.file)], "scheduler", env=env)
         deadline = time.monotonic() + 60
         while not self.file.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -99,9 +99,9 @@ class _Cluster:
         self.procs.append(proc)
         return proc
 
-    def add_worker(self, checkout: Path, name: str) -> subprocess.Popen:
+    def add_worker(self, checkout: Path, name: str, env: dict | None = None) -> subprocess.Popen:
         """A worker in its own checkout of the course: it sees the lab there, not the client's folder."""
-        env = {**os.environ, "LABTOOLS_COURSE": str(checkout)}
+        env = {**os.environ, **(env or {}), "LABTOOLS_COURSE": str(checkout)}
         proc = self._start([str(BIN / "dask"), "worker", self.address, "--nthreads", "1", "--no-nanny",
                             "--no-dashboard", "--name", name], name, cwd=checkout, env=env)
         self.workers.append(proc)
@@ -172,6 +172,47 @@ def test_a_worker_with_another_version_of_the_lab_refuses(cluster, tmp_path):
     with pytest.raises(GradingError, match="another version of lab01_attention.*git pull"):
         grade(LAB.lab_id, write_zip(tmp_path / "class.zip", _class(1, 0, 0)), course_dir=course,
               scheduler=cluster.address, hide_progress=True, log=lambda *a: None)
+
+
+def _shadowing_labtools(folder: Path, how: str) -> dict:
+    """An environment whose `labtools` is not the course's: one that cannot be imported (a
+    scheduler started outside the course's environment), or the course's code at another commit."""
+    package = folder / "labtools"
+    if how == "broken":
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("raise ImportError('this is not the course environment')\n")
+    else:
+        shutil.copytree(Path(__file__).resolve().parents[1] / "labtools", package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        with open(package / "cluster.py", "a") as f:
+            f.write("\n# another commit\n")
+    return {**os.environ, "PYTHONPATH": str(folder)}
+
+
+def _refused(tmp_path, cluster, match):
+    course = make_course(tmp_path / "course", [LAB])
+    with pytest.raises(GradingError, match=match) as refused:
+        grade(LAB.lab_id, write_zip(tmp_path / "class.zip", _class(1, 0, 0)), course_dir=course,
+              scheduler=cluster.address, hide_progress=True, log=lambda *a: None)
+    assert "Nothing was graded" in str(refused.value) and "dask scheduler" in str(refused.value)
+    assert not (course / "submitted").exists() and not (course / "autograded").exists()
+
+
+def test_a_scheduler_without_the_courses_code_is_refused_before_grading(tmp_path):
+    cluster = _Cluster(tmp_path, env=_shadowing_labtools(tmp_path / "elsewhere", "broken"))
+    try:
+        cluster.add_worker(_checkout(tmp_path, "worker-checkout"), "w0")
+        cluster.wait_for_workers(1)
+        _refused(tmp_path, cluster, "the scheduler: it cannot run the course's code")
+    finally:
+        cluster.close()
+
+
+def test_a_worker_on_another_commit_of_labtools_is_refused_before_grading(cluster, tmp_path):
+    cluster.add_worker(_checkout(tmp_path, "worker-checkout"), "stale-code",
+                       env=_shadowing_labtools(tmp_path / "other-commit", "changed"))
+    cluster.wait_for_workers(1)
+    _refused(tmp_path, cluster, "worker tcp://.*the course's code \\(labtools\\) differs")
 
 
 def test_an_unreachable_scheduler_is_reported_before_anything_is_staged(tmp_path):

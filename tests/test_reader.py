@@ -110,6 +110,11 @@ def test_honest_code_in_other_styles_is_not_flagged(name, source):
     ("getattr(torch, '__dict__')", "'__dict__'"),
     ("def f():\n    pass\ngetattr(f, '__globals__')", "'__globals__'"),
     ("import sys\nmods = sys.modules", ".modules"),
+    # hooks on every module or graph of the process reach the lab's own stand-in models
+    ("from torch.nn.modules.module import register_module_forward_hook", "torch.nn.modules.module"),
+    ("from torch.nn.modules import module\nmodule.register_module_forward_hook(print)", "torch.nn.modules.module"),
+    ("import torch.autograd.graph as g", "torch.autograd.graph"),
+    ("from torch.utils.hooks import RemovableHandle", "torch.utils.hooks"),
 ])
 def test_what_is_not_on_the_allowlist_goes_to_review(source, expected):
     found = reaches_into_runtime([("lab", PRELUDE, False), ("answer", source, True)])
@@ -141,6 +146,7 @@ def test_the_labs_own_helpers_and_names_cannot_be_replaced(source, expected):
     "def f(ScriptedLM):\n    return ScriptedLM",                                # a parameter of that name
     "def g():\n    nn = 3\n    return nn",                                     # a local of that name
     "lm = ScriptedLM()\nlm.cache = {}",                                         # an object the answer made
+    "from torch.nn.modules.normalization import LayerNorm",                     # a layer by its full path
 ])
 def test_using_the_labs_names_is_not_replacing_them(source):
     assert reaches_into_runtime([("lab", LAB_HELPERS, False), ("answer", source, True)]) == []

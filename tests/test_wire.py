@@ -360,3 +360,48 @@ def test_lists_and_dicts_changed_in_place_are_reported_and_added_keys_are_not():
     assert torch.isnan(got[1])
     # a module is the student's own object, not data the call was given to read
     assert student.model(student.linear) is True
+
+
+LAB_TEXT = ("import torch\n\n\nclass ScriptedLM(torch.nn.Module):\n    def forward(self, ids):\n"
+            "        return torch.nn.functional.one_hot(ids % 5, 5).float()\n\n\n"
+            "torch.manual_seed(0)  # the lab's cells seed; the student's random state must not move\n"
+            "print('set up')\n")
+
+
+def test_lab_helpers_are_built_from_the_judges_text_never_the_notebooks():
+    class Rebound(torch.nn.Module):  # what a submission could have bound to the lab's name
+        def forward(self, ids):
+            return torch.zeros(ids.shape + (5,))
+
+    notebook = {"ScriptedLM": Rebound, "generate": lambda model, ids: model(ids).argmax(-1)}
+    agent = wire.Agent(notebook, lab={})  # as the grader installs it in a kernel
+    channel = wire.LocalChannel(agent)
+    student, lab = wire.Student(channel), wire.Lab(channel, LAB_TEXT)
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    model = lab.ScriptedLM()
+    assert wire.type_name(model) == "ScriptedLM" and not wire.is_instance(model, student.ScriptedLM)
+    assert torch.equal(student.generate(model, torch.tensor([[7, 3]])), torch.tensor([[2, 3]]))
+    assert torch.equal(torch.rand(3), expected), "building the lab's helpers moved the random state"
+    assert agent.lab["ScriptedLM"] is not Rebound and "Rebound" not in repr(agent.lab)
+
+
+def test_a_grading_agent_without_the_labs_text_refuses_rather_than_read_the_notebook():
+    channel = wire.LocalChannel(wire.Agent({"ScriptedLM": object}, lab={}))
+    with pytest.raises(wire.WireError, match="not defined"):
+        wire.Lab(channel).ScriptedLM
+    with pytest.raises(NameError, match="no helper 'Missing'"):
+        wire.Lab(channel, LAB_TEXT).Missing
+
+
+def test_in_a_notebook_the_labs_helpers_are_the_notebooks_own():
+    channel = wire.LocalChannel(wire.Agent({"ScriptedLM": dict}))
+    assert wire.Lab(channel).ScriptedLM is not None and channel.request("lab_get", "ScriptedLM") is not None
+
+
+def test_a_lab_text_that_fails_is_the_graders_error_and_is_tried_again():
+    channel = wire.LocalChannel(wire.Agent({}, lab={}))
+    with pytest.raises(wire.LabSetupError, match="ZeroDivisionError"):
+        wire.Lab(channel, "x = 1 / 0").x
+    assert not channel.lab_defined

@@ -1,0 +1,68 @@
+"""What the tests reach in the student's process, by name (labtools/wire.py, docs/authoring.md).
+
+`student.X` is an exercise's answer; `lab.X` is a helper the grader builds in the kernel from
+its own text of the lab's cells. The few notebook objects a test reads on purpose (the given
+classes an answer must be built on, the pretrained model it copies from) are listed here with
+why, and the reader refuses every rebinding of them."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+
+from labtools import judge, nbcells, reader
+
+# name -> why a test reads the notebook's own object rather than the lab's copy
+NOTEBOOK_OBJECTS = {
+    "lab04_blocks": {
+        "MultiHeadAttention": "the block must be built on the notebook's given class (isinstance)",
+        "PositionalEncoding": "the encoder must be built on the notebook's given class (isinstance)",
+        "hf_model": "the pretrained model the answer copies from: loaded once, in the notebook",
+    },
+    "lab05_variants": {"DecoderOnlyBlock": "TinyGPT must be built on the notebook's given block (isinstance)"},
+}
+
+
+def _lab_paths():
+    from pathlib import Path
+
+    return sorted(Path(__file__).resolve().parents[1].glob("source/lab*/lab*.ipynb"))
+
+
+def _defined(cell) -> set[str]:
+    tree = reader.parse(nbcells.strip_markers(cell.source))
+    if tree is None:
+        return set()
+    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    return names | {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+
+
+@pytest.mark.parametrize("path", _lab_paths(), ids=lambda p: p.stem)
+def test_student_names_only_exercises_and_lab_names_only_the_judges_cells(path):
+    nb = nbcells.read(path)
+    assert judge.notebook_names_read(nb) == set(NOTEBOOK_OBJECTS.get(path.stem, {})), \
+        "a test reads a helper of the notebook as student.X: use lab.X, or list it here with why"
+    helpers = set().union(*(_defined(c) for c in judge.judge_cells(nb)))
+    built = set()
+    for cell in nb.cells:
+        if cell.cell_type == "code" and (nbcells.is_autograded_test(cell) or cell in judge.judge_cells(nb)):
+            built |= set(re.findall(r"\blab\.([A-Za-z_]\w*)", nbcells.strip_markers(cell.source)))
+    imported = {"torch", "nn", "F", "np", "math"}
+    assert built - helpers - imported == set(), f"lab.X the judge's cells do not define: {sorted(built - helpers)}"
+
+
+@pytest.mark.parametrize("lab, name", [(lab, name) for lab, names in NOTEBOOK_OBJECTS.items() for name in names])
+def test_the_notebook_objects_tests_read_cannot_be_rebound_or_changed(lab, name):
+    path = next(p for p in _lab_paths() if p.stem == lab)
+    nb = nbcells.read(path)
+    cells = [(nbcells.grade_id(c), nbcells.strip_markers(c.source), False) for c in nb.cells
+             if c.cell_type == "code" and not nbcells.is_solution(c) and not nbcells.is_autograded_test(c)]
+    read = judge.notebook_names_read(nb)
+    for attack in (f"{name} = None", f"class {name}:\n    pass", f"{name}.forward = print",
+                   f"if True:\n    {name} = {name}.float().half()"):
+        found = reader.reaches_into_runtime(cells + [("answer", attack, True)], read)
+        assert any(name in f for f in found), (attack, found)
+    for honest in ([f"{name} = {name}.eval()"] if name == "hf_model" else []) + [f"print({name})", f"def f({name}):\n    {name}.x = 1"]:
+        assert reader.reaches_into_runtime(cells + [("answer", honest, True)], read) == [], honest
