@@ -66,6 +66,11 @@ def cmd_grade(args) -> int:
         print(f"Report (open it in a browser): {report.report_html}")
     if report.skipped:
         print(f"{len(report.skipped)} file(s) not graded; see {report.csv_path.parent / 'problems.csv'}")
+    if report.cluster_failures:  # the cluster's fault, not the students': the run did not do its job
+        print(f"{len(report.cluster_failures)} submission(s) could not be graded on the cluster "
+              f"({', '.join(report.cluster_failures[:5])}{', ...' if len(report.cluster_failures) > 5 else ''}); "
+              "see problems.csv, fix the cluster and run the same command again: what was graded is kept")
+        return 1
     return 0
 
 

@@ -18,7 +18,65 @@ from traitlets.config import Configurable
 
 
 class ClusterUnavailable(RuntimeError):
-    """The scheduler cannot be reached, or no worker joined it."""
+    """The scheduler cannot be reached, no worker joined it, or they cannot grade."""
+
+
+# What a grading task's outcome depends on, besides the lab (which each task checks itself):
+# the course's code and the versions of what runs the notebook.
+_PACKAGES = ("torch", "nbgrader", "nbclient", "nbconvert", "ipykernel", "distributed", "transformers")
+
+
+def fingerprint() -> dict:
+    """This process's labtools (a hash of its code), Python and key packages. Run on the
+    scheduler and every worker: Dask unpickles the task graph on the scheduler, so it
+    needs the course's code too, and a worker on another commit would grade otherwise."""
+    import hashlib
+    import platform
+    from importlib import metadata
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    versions = {}
+    for name in _PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "missing"
+    return {"labtools": digest.hexdigest()[:16], "python": platform.python_version(), **versions}
+
+
+def _differences(here: dict, there: dict) -> list[str]:
+    if not isinstance(there, dict):
+        return [f"it cannot run the course's code ({type(there).__name__}: {str(there)[:200]})"]
+    what = {"labtools": "the course's code (labtools)"}
+    return [f"{what.get(k, k)} {there.get(k, 'missing')} there, {v} here" if k != "labtools" else
+            f"{what[k]} differs (another commit or checkout)" for k, v in here.items() if there.get(k) != v]
+
+
+def preflight(client, log=print) -> None:
+    """Refuse a cluster whose scheduler or workers cannot grade as this command would,
+    before anything is graded; raises ClusterUnavailable with what differs and what to do."""
+    here = fingerprint()
+    remedy = ("start `dask scheduler` and `dask worker` with the course's environment (e.g. "
+              "`.venv/bin/dask scheduler` in a checkout of the course at the same commit; `git pull` "
+              "and restart the ones that differ)")
+    try:
+        scheduler = client.run_on_scheduler(fingerprint)
+    except Exception as exc:  # noqa: BLE001 - whatever the scheduler failed with, it cannot take our tasks
+        scheduler = exc
+    problems = [f"the scheduler: {d}" for d in _differences(here, scheduler)]
+    try:
+        workers = client.run(fingerprint, on_error="return")
+    except Exception as exc:  # noqa: BLE001
+        workers = {"every worker": exc}
+    for address, there in sorted(workers.items()):
+        problems += [f"worker {address}: {d}" for d in _differences(here, there)]
+    if problems:
+        raise ClusterUnavailable("this Dask cluster cannot grade for this course: " + "; ".join(problems[:6])
+                                 + ("; ..." if len(problems) > 6 else "") + f". Nothing was graded: {remedy}.")
 
 
 class GradeCluster(Configurable):
@@ -58,6 +116,7 @@ def dask_client(settings: GradeCluster, log=print):
                 raise ClusterUnavailable(
                     f"the Dask scheduler at {settings.scheduler} has no worker after {settings.worker_wait} s: "
                     "start some with `dask worker ADDRESS --nthreads 1` in a checkout of the course") from None
+            preflight(client)
             workers = len(client.scheduler_info().get("workers", {}))
             log(f"  Dask cluster {settings.scheduler}: {workers} worker(s)" + _dashboard(client))
             yield client

@@ -63,6 +63,7 @@ class GradeReport:
     results: list[StudentResult] = field(default_factory=list)
     notes: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    cluster_failures: list[str] = field(default_factory=list)  # students whose task the cluster could not run
     csv_path: Path | None = None
     feedback_dir: Path | None = None
     # summed over this run's submissions: where the workers' time went (grade_task.SubmissionResult.seconds)
@@ -296,6 +297,7 @@ class GradeRun:
                         if isinstance(exc, LabMismatch):
                             raise GradingError(str(exc)) from None
                         self.failed[job.student] = f"grading failed on the cluster: {type(exc).__name__}: {str(exc)[:200]}"
+                        self.report.cluster_failures.append(job.student)
                     else:
                         self.store(job, result)
                     bar.update()

@@ -589,7 +589,7 @@ DUNDERS_OK = {"__init__", "__name__", "__qualname__", "__doc__", "__class__", "_
 TORCH_HOOKS = {"__torch_function__", "__torch_dispatch__"}
 # Measurements the labs' tests take in the kernel (lab 4's stand-in model, lab 6's grad-mode watch)
 INSTRUMENT_NAMES = {"grad_mode_calls", "watch_grad_mode"}
-INSTRUMENT_ATTRS = INSTRUMENT_NAMES | {"grad_enabled", "encode_calls"}
+INSTRUMENT_ATTRS = INSTRUMENT_NAMES | {"grad_enabled", "encode_calls", "seen_shapes", "seen_modes"}
 
 
 def _module_allowed(name):
@@ -693,9 +693,12 @@ def reaches_into_runtime(cells, read_by_tests=frozenset()):
             for node, scope in _walk_scoped(tree, names.module, names):
                 _read_node(node, scope, names, own, where, out, tree)
     lab_defs = {id(node) for _, node, _, students in names.defs if not students}
+    lab_methods = {sub.name for _, node, _, students in names.defs if not students and isinstance(node, ast.ClassDef)
+                   for sub in node.body if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   and not sub.name.startswith("__")}
     for base, attr, value, node, scope, where, students in names.writes:
         if students:
-            _read_write(base, attr, node, scope, names, where, out, lab_defs)
+            _read_write(base, attr, node, scope, names, where, out, lab_defs, lab_methods)
     _read_rebindings(names, out)
     _read_test_objects(names, read_by_tests, out)
     return list(dict.fromkeys(out.found))
@@ -804,7 +807,26 @@ def _read_node(node, scope, names, own, where, out, tree):
             out.add(f"{name}(...) with a computed name", where, node)
 
 
-def _read_write(base, attr, node, scope, names, where, out, lab_defs=frozenset()):
+_CALLED_BY_TESTS = {"forward", "generate", "__call__"}  # what tests and torch call on the objects they hand over
+
+
+def _through_class(names, base, scope):
+    """`model.__class__.forward = ...`, or `cls = model.__class__; cls.forward = ...`."""
+    chain = base
+    while isinstance(chain, (ast.Attribute, ast.Subscript)):
+        if isinstance(chain, ast.Attribute) and chain.attr == "__class__":
+            return True
+        chain = chain.value
+    if not isinstance(chain, ast.Name):
+        return False
+    while scope is not None and chain.id not in scope.values:
+        scope = scope.parent
+    bindings = names.bound_exprs.get((id(scope), chain.id), []) if scope is not None else []
+    return any(value is not None and any(isinstance(n, ast.Attribute) and n.attr == "__class__"
+                                         for n in ast.walk(value)) for value, _ in bindings)
+
+
+def _read_write(base, attr, node, scope, names, where, out, lab_defs=frozenset(), lab_methods=frozenset()):
     """`X.attr = v`, `del X.attr`, `setattr(X, ...)`: only on objects the notebook made."""
     held = names.values(base, scope)
     lab = [v[1] for v in held if v[0] == "def" and id(v[1]) in lab_defs]
@@ -815,6 +837,12 @@ def _read_write(base, attr, node, scope, names, where, out, lab_defs=frozenset()
     changed = [f"{p}.{attr}" if attr else p for p in paths]
     if changed and not all(c.startswith(SETTINGS_OK) for c in changed):
         out.add(f"changes {changed[0]} (an attribute of a library)", where, node)
+        return
+    if _through_class(names, base, scope):
+        out.add(f"changes .{attr or '...'} of a class it reached through an object (`x.__class__`)", where, node)
+        return
+    if attr in lab_methods | _CALLED_BY_TESTS and not (isinstance(base, ast.Name) and base.id == _method_self(scope)):
+        out.add(f"replaces .{attr} of an object (a method the lab's code calls)", where, node)
         return
     root = base
     while isinstance(root, (ast.Attribute, ast.Subscript)):

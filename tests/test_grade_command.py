@@ -114,3 +114,21 @@ def test_scan_picks_one_notebook_per_student_and_explains(tmp_path):
     assert "empty" in reasons["dave_lab01_attention.ipynb"]
     assert "not a Jupyter notebook" in reasons["erin_lab01_attention.ipynb"]
     assert "cannot tell which student" in reasons["mystery.ipynb"]
+
+
+def test_a_run_the_cluster_could_not_finish_exits_non_zero(monkeypatch, tmp_path, capsys):
+    """Submissions that failed on the cluster (a worker lost every time, say) are the cluster's
+    fault: the command says which and exits 1, so that a script or CI does not take it for done."""
+    from labtools import cli, grading
+
+    def fake_grade(lab_id, submissions, cluster_failures=(), **kwargs):
+        report = grading.GradeReport(lab_id, csv_path=tmp_path / "grades.csv", feedback_dir=tmp_path)
+        report.cluster_failures = list(cluster_failures)
+        return report
+
+    monkeypatch.setattr(grading, "grade", lambda *a, **k: fake_grade(*a, cluster_failures=["ada", "bob"], **k))
+    assert cli.main(["grade", LAB.lab_id, str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "2 submission(s) could not be graded on the cluster (ada, bob)" in out and "run the same command" in out
+    monkeypatch.setattr(grading, "grade", fake_grade)
+    assert cli.main(["grade", LAB.lab_id, str(tmp_path)]) == 0

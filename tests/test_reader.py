@@ -127,6 +127,30 @@ LAB_HELPERS = PRELUDE + ("class ScriptedLM(nn.Module):\n    def forward(self, id
 
 
 @pytest.mark.parametrize("source, expected", [
+    ("def generate(model, ids, n):\n    model.__class__.forward = print\n    return ids", "reached through an object"),
+    ("def generate(model, ids, n):\n    cls = model.__class__\n    cls.favourite = print\n    return ids",
+     "reached through an object"),
+    ("def generate(model, ids, n):\n    model.forward = print\n    return ids", "replaces .forward"),
+    ("def generate(model, ids, n):\n    model.favourite = print\n    return ids", "replaces .favourite"),
+    ("def generate(model, ids, n):\n    model.seen_modes.clear()\n    return ids", ".seen_modes"),
+])
+def test_what_the_tests_hand_over_keeps_its_methods_and_records(source, expected):
+    helpers = LAB_HELPERS + "\n\nclass Scripted(nn.Module):\n    def favourite(self, ids):\n        return ids\n"
+    found = reaches_into_runtime([("lab", helpers, False), ("answer", source, True)])
+    assert any(expected in f for f in found), found
+
+
+@pytest.mark.parametrize("source", [
+    "class Mine(nn.Module):\n    def forward(self, x):\n        self.count = 1\n        return x",
+    "def load(block, layer):\n    block.norm.weight = layer.weight\n    block.lin.bias.data = layer.b.clone()",
+    "def generate(model, ids, n):\n    model.eval()\n    model.cache = {}\n    return ids",
+    "print(torch.ones(2).__class__.__name__)",
+])
+def test_writing_what_an_answer_owns_or_builds_is_not_flagged(source):
+    assert reaches_into_runtime([("lab", LAB_HELPERS, False), ("answer", source, True)]) == [], source
+
+
+@pytest.mark.parametrize("source, expected", [
     ("class ScriptedLM(nn.Module):\n    def forward(self, ids):\n        return ids.float() * 0", "rebinds ScriptedLM"),
     ("def make_test_tokenizer():\n    return 'mine'", "rebinds make_test_tokenizer"),
     ("make_test_tokenizer = lambda: 'mine'", "rebinds make_test_tokenizer"),
