@@ -23,7 +23,7 @@ c.OverwriteCells.add_missing_cells = True
 # Autograding runs each notebook with labtools' steps (labtools/grade/config.py): the lab's
 # structure put back from the release first (labtools/restore.py), then each notebook in a
 # sandboxed kernel with memory and file-size limits, its tests decided by the judge outside
-# that kernel (labtools/execute.py, labtools/judge.py), and student content made inert
+# that kernel (labtools/execute.py, labtools/judge/), and student content made inert
 # before grades are saved (labtools/sanitize.py). `labtools grade` installs these steps
 # itself and refuses a configuration that replaces them; they are listed here for
 # nbgrader run by hand. Otherwise nbgrader's defaults.

@@ -1,13 +1,13 @@
 """nbgrader's Execute preprocessor, hardened for a class of hundreds.
 
-- Each kernel starts under `labtools.sandbox` limits (memory, file size), so a
+- Each kernel starts under the sandbox's limits (labtools/sandbox/) (memory, file size), so a
   memory bomb raises MemoryError in its own cell, and, where bubblewrap works, in its
   sandbox: no network, no view of the hidden tests or the course directory.
 - A kernel that dies (`os._exit`, a segfault, the OOM killer) no longer aborts the
   student's whole autograde: the cell gets a `KernelDied` error, a fresh kernel
   replays the cells that ran before it (outputs discarded), and the notebook goes on,
   so every later test is still scored.
-- Test cells never run in the kernel: the judge (labtools/judge.py) runs them from the
+- Test cells never run in the kernel: the judge (labtools/judge/runner.py) runs them from the
   lab's source, in this process, calling the student's code through the kernel as
   data, and writes their outputs. A lab whose source does not say it is judged is
   refused (`use_judge = False` runs test cells in the kernel, as plain nbgrader does:
@@ -21,20 +21,17 @@ Timeouts are nbgrader's own (`Execute.timeout`, interrupt then move on).
 from __future__ import annotations
 
 import copy
-import os
-import shutil
-
-import nbformat
-from jupyter_client.manager import AsyncKernelManager
-from nbclient.exceptions import DeadKernelError
-from nbclient.util import run_sync
-from nbgrader.preprocessors import Execute
-from traitlets import Bool, Float, Integer, Type, Unicode
-
 import secrets
 import time
 
-from . import cgroups, incidents, judge, nbcells, sandbox
+import nbformat
+from nbclient.exceptions import DeadKernelError
+from nbclient.util import run_sync
+from nbgrader.preprocessors import Execute
+from traitlets import Bool, Float, Integer, Type
+
+from . import incidents, judge, nbcells
+from .sandbox.manager import LimitedKernelManager, kernel_env  # noqa: F401 - the name courses' configs use
 
 OUT_OF_MEMORY = (
     "the notebook's processes together used more memory than a grading kernel may ({mb} MiB): the kernel "
@@ -50,86 +47,8 @@ KERNEL_DIED = (
 )
 
 
-def kernel_env(env: dict | None) -> dict:
-    """The grading kernel's environment: no sign that it is being graded."""
-    env = dict(os.environ if env is None else env)
-    if env.pop("NBGRADER_EXECUTION", None) is not None:
-        env["LABS_FAST"] = "1"
-    return env
-
-
 class LabNotJudged(RuntimeError):
     """The lab's source notebook is missing or does not say `"labtools": {"judge": true}`."""
-
-
-class LimitedKernelManager(AsyncKernelManager):
-    """Starts each grading kernel under limits and, where bubblewrap works, in a sandbox
-    (see labtools/sandbox.py): its connection directory (ZMQ over ipc sockets, since the
-    sandbox has no network) and its working directory (copies of the notebook
-    directory's data files, not the notebook) live in a private temporary directory
-    that a restart keeps and a shutdown removes."""
-
-    memory_mb = Integer(6144, help="address-space limit of a grading kernel (0: none)").tag(config=True)
-    file_mb = Integer(512, help="largest file a grading kernel may write (0: none)").tag(config=True)
-    sandbox = Unicode("auto", help=(
-        "run grading kernels in a bubblewrap sandbox: 'auto' (when bubblewrap works here, else a loud "
-        "warning; 'require' when LABS_REQUIRE_SANDBOX=1), 'require' (fail when it cannot), 'none'")).tag(config=True)
-
-    cgroup = Unicode("auto", help=(
-        "limit the kernel's whole process tree (memory_mb of memory, max_tasks processes and threads, "
-        "cpus CPUs) with a control group: 'auto' (when possible, else a loud warning; 'require' when "
-        "LABS_REQUIRE_CGROUP=1), 'require', 'none'")).tag(config=True)
-    max_tasks = Integer(512, help="processes and threads a grading kernel may have in all (0: none)").tag(config=True)
-    cpus = Float(2.0, help="CPUs' worth of time a grading kernel's processes may use together (0: none)").tag(
-        config=True)
-
-    group: cgroups.KernelGroup | None = None  # the kernel's control group, while it has one
-    _bwrap: str | None = None  # the bwrap executable while sandboxed
-    _box: str | None = None  # private directory: conn/ (connection file, sockets), work/ (the kernel's cwd)
-    _notebook_dir: str | None = None
-
-    async def _async_pre_start_kernel(self, **kw):
-        kw["env"] = sandbox.without_secrets(kw.get("env") or os.environ)
-        if self.group is None and cgroups.resolve(self.cgroup, self.log):
-            self.group = cgroups.KernelGroup.create(self.memory_mb, self.max_tasks, self.cpus)
-        if self._box is None:
-            self._bwrap = sandbox.resolve_sandbox(self.sandbox)
-            if self._bwrap:
-                self._box = sandbox.make_box_dir(owner=self)
-                conn = os.path.join(self._box, "conn")
-                os.mkdir(conn)
-                # absolute ipc paths (jupyter_client's default is relative to the cwd)
-                self.transport, self.cache_ports = "ipc", False
-                self.connection_file = os.path.join(conn, "kernel.json")
-                self.ip = os.path.join(conn, "kernel-ipc")
-        if self._bwrap:
-            work = os.path.join(self._box, "work")
-            cwd = kw.get("cwd")
-            if cwd and os.path.realpath(cwd) != os.path.realpath(work):  # not a restart
-                self._notebook_dir = os.path.realpath(cwd)
-            sandbox.prepare_work_dir(self._notebook_dir, work)
-            kw["cwd"] = work
-        return await super()._async_pre_start_kernel(**kw)
-
-    def format_kernel_cmd(self, extra_arguments=None):
-        cmd = super().format_kernel_cmd(extra_arguments)
-        if self._bwrap:
-            cmd = sandbox.bwrap_command(
-                self._bwrap, cmd, work_dir=os.path.join(self._box, "work"),
-                connection_file=self.connection_file, hidden=[p for p in [self._notebook_dir] if p])
-        return [*sandbox.launcher_command(self.memory_mb, self.file_mb, ignore_sigint=bool(self._bwrap),
-                                          cgroups=self.group.paths if self.group else ()), "--", *cmd]
-
-    async def _async_cleanup_resources(self, restart: bool = False) -> None:
-        await super()._async_cleanup_resources(restart=restart)
-        if self.group is not None:
-            self.group.kill()  # children the kernel left behind, too
-            if not restart:
-                self.group.remove()
-                self.group = None
-        if not restart and self._box is not None:
-            shutil.rmtree(self._box, ignore_errors=True)
-            self._box = self._bwrap = None
 
 
 class GradingExecute(Execute):

@@ -184,7 +184,8 @@ class GradeRun:
 
     def check_sandbox(self) -> None:
         """Decide about the kernels' sandbox here, once: a refusal must come before any grading."""
-        from . import cgroups, sandbox
+        from .sandbox import bwrap as sandbox
+        from .sandbox import cgroups
 
         try:
             sandbox.resolve_sandbox(str(self.config.LimitedKernelManager.get("sandbox", "auto")))

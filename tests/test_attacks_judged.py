@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from labtools.harness import run_exercise
+from labtools.judge.harness import run_exercise
 from labtools.labs import get_lab
 
 ATTACKS = Path(__file__).parent / "fixtures" / "attacks"

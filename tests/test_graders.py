@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from labtools import nbcells
-from labtools.harness import run_exercise, score
+from labtools.judge.harness import run_exercise, score
 from labtools.labs import built_labs
 
 FIXTURES = Path(__file__).parent / "fixtures"

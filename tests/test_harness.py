@@ -5,7 +5,7 @@ from __future__ import annotations
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
-from labtools.harness import run_exercise, score
+from labtools.judge.harness import run_exercise, score
 
 
 def _meta(gid, **kw):

@@ -1,4 +1,4 @@
-"""The judge's channel to a real kernel (labtools/judge.py KernelChannel): requests travel
+"""The judge's channel to a real kernel (labtools/judge/kernel_channel.py): requests travel
 over the kernel's stdin channel while a test holds the kernel, and whatever the student's
 code does there (loop, ask for input, print, exit) ends as a failed request, never as a
 hung grader or a kernel the notebook can no longer use."""
@@ -13,7 +13,8 @@ from jupyter_client.manager import AsyncKernelManager
 from nbclient.exceptions import DeadKernelError
 from nbclient.util import run_sync
 
-from labtools import judge, wire
+from labtools import judge
+from labtools.judge import wire
 
 MODULE = "_labtools_agent_test"
 STUDENT_CODE = '''

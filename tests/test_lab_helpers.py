@@ -1,4 +1,4 @@
-"""What the tests reach in the student's process, by name (labtools/wire.py, docs/authoring.md).
+"""What the tests reach in the student's process, by name (labtools/judge/wire.py, docs/authoring.md).
 
 `student.X` is an exercise's answer; `lab.X` is a helper the grader builds in the kernel from
 its own text of the lab's cells. The few notebook objects a test reads on purpose (the given
@@ -12,7 +12,8 @@ import re
 
 import pytest
 
-from labtools import judge, nbcells, reader
+from labtools import judge, nbcells
+from labtools.judge import reader
 
 # name -> why a test reads the notebook's own object rather than the lab's copy
 NOTEBOOK_OBJECTS = {

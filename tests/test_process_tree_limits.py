@@ -1,4 +1,4 @@
-"""Limits for a grading kernel's whole process tree (labtools/cgroups.py).
+"""Limits for a grading kernel's whole process tree (labtools/sandbox/cgroups.py).
 
 A notebook whose cell starts two children that together, not each, use more memory
 than a kernel may have: graded next to an honest notebook, the kernel of the first
@@ -15,7 +15,8 @@ import sys
 import nbformat
 import pytest
 
-from labtools import cgroups, nbcells
+from labtools import nbcells
+from labtools.sandbox import cgroups
 from labtools.grading import grade
 from labtools.labs import get_lab
 from labtools.submissions import fill_release
@@ -82,7 +83,7 @@ def test_a_group_counts_every_process_and_ends_them_all():
     group = cgroups.KernelGroup.create(256, 64, 1.0)
     try:
         launcher = [sys.executable, "-c", "import sys; sys.path[0] = sys.argv.pop(1); "
-                    "from labtools.sandbox import main; main(sys.argv[1:])", os.getcwd(),
+                    "from labtools.sandbox.bwrap import main; main(sys.argv[1:])", os.getcwd(),
                     *[f"--cgroup={p}" for p in group.paths], "--"]
         # two children of 160 MiB each: together over 256 MiB
         parent = subprocess.Popen([*launcher, sys.executable, "-c", (

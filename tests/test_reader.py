@@ -1,11 +1,11 @@
-"""The one reader of student code (labtools/reader.py): every Python binding form is
+"""The one reader of student code (labtools/judge/reader.py): every Python binding form is
 resolved, by both questions asked of a notebook (forbidden calls in what an answer
 reaches; the allowlist every student cell is read against), and honest code in other
 styles is not flagged."""
 
 import pytest
 
-from labtools.reader import forbidden_calls, reaches_into_runtime
+from labtools.judge.reader import forbidden_calls, reaches_into_runtime
 
 PRELUDE = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
 SOFTMAX = ["torch.softmax", "torch.nn.functional.softmax", ".softmax"]

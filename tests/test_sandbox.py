@@ -1,4 +1,4 @@
-"""The grading sandbox (labtools/sandbox.py): student code run by nbgrader autograde
+"""The grading sandbox (labtools/sandbox/): student code run by nbgrader autograde
 cannot read the hidden tests, the sources, the gradebook or other students' work,
 cannot write outside its scratch space, and has no network.
 
@@ -20,7 +20,8 @@ import uuid
 import nbformat
 import pytest
 
-from labtools import nbcells, sandbox
+from labtools import nbcells
+from labtools.sandbox import bwrap as sandbox
 from labtools.execute import LimitedKernelManager
 from labtools.grading import grade
 from labtools.labs import get_lab
@@ -272,13 +273,14 @@ def test_a_python_inside_the_course_directory_is_refused(tmp_path, monkeypatch):
 
 def test_a_labtools_folder_handed_in_does_not_replace_the_launcher(tmp_path):
     """The launcher runs outside the sandbox, in the notebook's directory: a student's
-    `labtools/sandbox.py` there must not be what it imports."""
+    `labtools/sandbox/bwrap.py` there must not be what it imports."""
     import subprocess
 
     fake = tmp_path / "labtools"
-    fake.mkdir()
+    (fake / "sandbox").mkdir(parents=True)
     (fake / "__init__.py").write_text("")
-    (fake / "sandbox.py").write_text("open('HIJACKED', 'w').close()\ndef main(argv):\n    pass\n")
+    (fake / "sandbox" / "__init__.py").write_text("")
+    (fake / "sandbox" / "bwrap.py").write_text("open('HIJACKED', 'w').close()\ndef main(argv):\n    pass\n")
     cmd = [*sandbox.launcher_command(1024, 16), "--", sys.executable, "-c", "print('kernel ran')"]
     out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "kernel ran", out.stderr

@@ -1,4 +1,4 @@
-"""The wire between the judge and the student's kernel (labtools/wire.py) is grader code:
+"""The wire between the judge and the student's kernel (labtools/judge/wire.py) is grader code:
 what crosses must be data, decoding must never run the sender's code, and every reply
 the student's side can forge must either decode to plain data or fail as a WireError."""
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from labtools import wire
+from labtools.judge import wire
 
 
 def _student(namespace):

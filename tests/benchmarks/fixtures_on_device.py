@@ -44,7 +44,7 @@ def score_lab(job: tuple[str, int]) -> list[dict]:
     lab_id, start_at = job
     import torch
 
-    from labtools.harness import run_exercise, score
+    from labtools.judge.harness import run_exercise, score
 
     torch.set_num_threads(2)
     source = REPO / "source" / lab_id / f"{lab_id}.ipynb"

@@ -4,7 +4,7 @@ For a lab whose source notebook says `"labtools": {"judge": true}` in its metada
 the grader never sends a test cell to the student's kernel. At each test cell it
 runs that cell's code, taken from the lab's *source* notebook (hidden tests
 included), here, in a namespace of its own: the setup cell and the read-only cells
-tagged `judge` (test helpers), with `student` bound to a `labtools.wire.Student`
+tagged `judge` (test helpers), with `student` bound to a `labtools.judge.wire.Student`
 whose calls travel to the kernel as data. The kernel only runs the student's
 functions on the judge's inputs and sends back results as data; the judge computes
 the references, compares, and writes the cell's outputs (what the test printed and,
@@ -20,46 +20,22 @@ helper cannot be redefined by the submission. `GradingExecute` (execute.py) uses
 from __future__ import annotations
 
 import ast
-import base64
 import contextlib
 import io
-import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import nbcells, reader, wire
+from .. import nbcells
+from . import reader, wire
+from .embed import HANDLE_GRADE_ID
+from .kernel_channel import JudgeTimeout
 
 JUDGE_TAG = "judge"
-HANDLE_GRADE_ID = "given_student_handle"
-WIRE_SOURCE = Path(wire.__file__).read_text()
-RULES_SOURCE = Path(reader.__file__).read_text()
 
 
 def uses_judge(nb) -> bool:
     return bool((nb.metadata.get("labtools") or {}).get("judge"))
-
-
-def handle_cell_source() -> str:
-    """The read-only cell every judged lab holds: the wire code in a module of its own
-    (`labwire`, so that none of its names can clash with the student's), and `student`."""
-    return ("# @title How the tests call your code (read-only; you do not need to read it)\n"
-            "import types as _types\n\n"
-            "labwire = _types.ModuleType(\"labwire\")\n"
-            f"exec({WIRE_SOURCE + chr(10) + RULES_SOURCE!r}, labwire.__dict__)\n"
-            "student = labwire.Student(labwire.LocalChannel(labwire.Agent(globals())))\n"
-            "lab = labwire.Lab(student._channel)  # the lab's own helpers: here, this notebook's\n\n\n"
-            "def calls_in_answer(entry, targets):\n"
-            "    \"\"\"Uses of `targets` in the code your `entry` reaches (the cells run so far).\"\"\"\n"
-            "    import linecache\n"
-            "    import re\n\n"
-            "    defines = re.compile(rf\"^(async def|def|class) {re.escape(entry)}\\b|^{re.escape(entry)} *=\", re.M)\n"
-            "    cells = list(globals().get(\"In\", []))\n"
-            "    if not any(defines.search(c) for c in cells):  # run without history (nbval): IPython's cache of cells\n"
-            "        cells = [\"\".join(e[2]) for name, e in list(linecache.cache.items())\n"
-            "                 if (\"ipykernel_\" in name or name.startswith(\"<ipython-input-\")) and len(e) > 2]\n"
-            "    cells = [c for c in cells if not c.startswith(\"# @title How the tests\")]\n"
-            "    return labwire.forbidden_calls(cells, entry, targets)\n")
 
 
 def judge_cells(nb) -> list:
@@ -126,7 +102,7 @@ def is_lab_cell(cell, locked: dict[str, str]) -> bool:
 
 
 def needs_review(source_nb, submission_cells) -> list[str]:
-    """What the submission's own code does outside the allowed Python (labtools/reader.py).
+    """What the submission's own code does outside the allowed Python (labtools/judge/reader.py).
 
     The lab's locked cells are known by identity and not read. Every other cell is read
     whole; a finding on a line that the lab itself writes in a cell a student may edit (a
@@ -306,118 +282,6 @@ def _describe_failure(exc: BaseException) -> tuple[str, str]:
     return type(exc).__name__, f"{exc}{where}"
 
 
-class JudgeTimeout(TimeoutError):
-    pass
-
-
-class KernelChannel(wire.Channel):
-    """Requests to the Agent in a grading kernel, through nbclient's kernel client.
-
-    `client` is the GradingExecute running the notebook. A test holds the kernel in one
-    execution of `Agent.serve`: each request travels as the answer to the kernel's input
-    request and each reply comes back as the next input request's prompt (base64), so a
-    request costs one stdin round trip, not a whole execute_request. `end_test` lets the
-    kernel go. A request that outlives the test's deadline interrupts the kernel; a dead
-    kernel raises nbclient's DeadKernelError, which GradingExecute turns into a restart.
-    """
-
-    def __init__(self, client, agent_expression: str):
-        self.client = client
-        self.agent_expression = agent_expression
-        self.deadline = float("inf")
-        self._serving: str | None = None  # msg_id of the execution serving this test
-
-    def transfer(self, message: bytes) -> bytes:
-        from nbclient.util import run_sync
-
-        return run_sync(self._transfer)(message)
-
-    def end_test(self) -> None:
-        from nbclient.util import run_sync
-
-        if self._serving is not None:
-            run_sync(self._end)()
-
-    def reset(self) -> None:
-        """The kernel was (re)started: nothing is serving, and the lab's helpers are gone."""
-        self._serving = None
-        self.lab_defined = False
-
-    async def _transfer(self, message: bytes) -> bytes:
-        kc = self.client.kc
-        if self._serving is None:
-            self._serving = kc.execute(f"{self.agent_expression}.serve({self.agent_expression}.ask)",
-                                       silent=False, store_history=False, allow_stdin=True)
-            await self._prompt()  # the loop's first, empty prompt: it is listening
-        kc.input(base64.b64encode(message).decode())
-        prompt = await self._prompt()
-        try:
-            return base64.b64decode(prompt, validate=True)
-        except ValueError:
-            await self._abandon()
-            raise wire.WireError("malformed answer from the notebook's kernel") from None
-
-    async def _prompt(self) -> str:
-        """The next input request of the serving loop: what follows REPLY_PREFIX in its prompt."""
-        import queue
-
-        from nbclient.exceptions import DeadKernelError
-
-        kc, km = self.client.kc, self.client.km
-        while True:
-            remaining = self.deadline - time.monotonic()
-            if remaining <= 0:
-                await self._abandon()
-                raise JudgeTimeout("your code took longer than the time limit for this test (an endless loop?)")
-            try:
-                msg = await kc.get_stdin_msg(timeout=min(0.5, remaining))
-            except queue.Empty:
-                if not await km.is_alive():
-                    self._serving = None
-                    raise DeadKernelError("the kernel died while the judge was calling your code") from None
-                if await self._loop_ended():
-                    raise wire.WireError("no answer from the notebook's kernel (was it restarted or changed?)")
-                continue
-            if msg.get("parent_header", {}).get("msg_id") != self._serving or msg["msg_type"] != "input_request":
-                continue
-            prompt = str(msg["content"].get("prompt", ""))
-            if not prompt.startswith(wire.REPLY_PREFIX):  # the student's own input() call
-                await self._abandon()
-                raise wire.WireError("your code asked for input while the judge called it")
-            if len(prompt) > 2 * wire.MAX_REPLY_BYTES:
-                await self._abandon()
-                raise wire.WireError("your code's answer is too large")
-            return prompt[len(wire.REPLY_PREFIX):]
-
-    async def _loop_ended(self, wait: float = 0.0) -> bool:
-        """Drain the serving execution's output; True (and nothing serving) once it is idle."""
-        import queue
-
-        kc = self.client.kc
-        until = time.monotonic() + wait
-        while True:
-            try:
-                msg = await kc.get_iopub_msg(timeout=max(0.0, until - time.monotonic()))
-            except queue.Empty:
-                return False
-            if msg.get("parent_header", {}).get("msg_id") == self._serving and msg["msg_type"] == "status" \
-                    and msg["content"].get("execution_state") == "idle":
-                self._serving = None
-                return True
-
-    async def _end(self) -> None:
-        self.client.kc.input("")  # an empty request ends the loop
-        if not await self._loop_ended(wait=min(10.0, max(1.0, self.deadline - time.monotonic()))):
-            await self._abandon()
-
-    async def _abandon(self) -> None:
-        """Stop the serving loop whatever it is doing (an interrupt), and wait for it a little."""
-        if self._serving is not None:
-            await self.client.km.interrupt_kernel()
-            await self._loop_ended(wait=5.0)
-        self._serving = None
-
-
 def lab_source_path(config, resources) -> Path | None:
     """The source notebook of the lab being graded, from nbgrader's resources."""
     from nbgrader.coursedir import CourseDirectory
@@ -428,10 +292,3 @@ def lab_source_path(config, resources) -> Path | None:
         return None
     path = Path(CourseDirectory(config=config).root) / "source" / assignment / f"{notebook}.ipynb"
     return path if path.exists() else None
-
-
-def agent_bootstrap(module_name: str) -> str:
-    """Code that installs the Agent in a kernel under `sys.modules[module_name].agent`."""
-    return (f"(lambda m: (__import__('sys').modules.__setitem__({module_name!r}, m), exec({WIRE_SOURCE!r}, m.__dict__),"
-            f" setattr(m, 'agent', m.Agent(get_ipython().user_ns, lab={{}})), setattr(m.agent, 'ask', get_ipython().kernel.raw_input)))"
-            f"(__import__('types').ModuleType({module_name!r}))")

@@ -88,21 +88,21 @@ def apply_limits(memory_mb: int, file_mb: int) -> None:
 # the kernel starts in the notebook's directory (or the scratch copy of it), which holds
 # whatever files the student handed in: a `labtools/` folder there would run as the
 # grader, outside the sandbox.
-_LAUNCH = "import sys; sys.path[0] = {root!r}; from labtools.sandbox import main; main(sys.argv[1:])"
+_LAUNCH = "import sys; sys.path[0] = {root!r}; from labtools.sandbox.bwrap import main; main(sys.argv[1:])"
 
 
 def launcher_command(memory_mb: int, file_mb: int, ignore_sigint: bool = False, cgroups=()) -> list[str]:
     """The command that applies the limits and then execs the command given after it
     (after `--`), with this labtools whatever the working directory holds. `cgroups`:
-    the kernel's control group directories (labtools/cgroups.py), entered first."""
-    root = str(Path(__file__).resolve().parent.parent)
+    the kernel's control group directories (cgroups.py), entered first."""
+    root = str(Path(__file__).resolve().parents[2])  # the folder that holds labtools/
     return [sys.executable, "-c", _LAUNCH.format(root=root), f"--memory-mb={memory_mb}",
             f"--file-mb={file_mb}", *(["--ignore-sigint"] if ignore_sigint else []),
             *[f"--cgroup={path}" for path in cgroups]]
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="labtools.sandbox")
+    parser = argparse.ArgumentParser(prog="labtools.sandbox.bwrap")
     parser.add_argument("--memory-mb", type=int, default=0, help="address-space limit of the kernel")
     parser.add_argument("--file-mb", type=int, default=0, help="largest file the kernel may write")
     parser.add_argument("--ignore-sigint", action="store_true",
