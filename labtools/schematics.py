@@ -1,16 +1,18 @@
 """One schematic per lab: a diagram of what the lab builds, drawn with matplotlib.
 
-`python -m labtools schematics` draws them and stores each as an attachment
-(`schematic.png`) of a markdown cell of the lab's source notebook, right after the
-heading of the part it illustrates; `labtools build` then carries it into every
-edition. An attachment travels with the notebook (Colab, JupyterLab, nbconvert,
-GitHub all show it), where a file beside it or a link to the web would not.
+`python -m labtools schematics` draws them and writes each into a markdown cell of the
+lab's source notebook, right after the heading of the part it illustrates, as a `data:`
+URI; `labtools build` then carries it into every edition. An image inside the markdown
+travels with the notebook and shows everywhere a student opens it (Colab, JupyterLab,
+GitHub, nbconvert); a cell attachment does not show on Colab or GitHub, and a file
+beside the notebook or a link to the web is not there offline (labtools/images.py).
 """
 
 from __future__ import annotations
 
 import base64
 import io
+import re
 
 import nbformat
 
@@ -232,9 +234,19 @@ def png(lab_id: str) -> bytes:
     return buffer.getvalue()
 
 
+MARK = "schematic"  # the schematic's cell says so in its metadata: {"labtools": {"schematic": true}}
+
+
 def schematic_cell(nb):
-    """The markdown cell holding the lab's schematic, or None."""
-    return next((c for c in nb.cells if c.cell_type == "markdown" and ATTACHMENT in c.get("attachments", {})), None)
+    """The markdown cell holding the lab's schematic, or None (an older notebook's attachment too)."""
+    return next((c for c in nb.cells if c.cell_type == "markdown" and (
+        (c.metadata.get("labtools") or {}).get(MARK) or ATTACHMENT in c.get("attachments", {}))), None)
+
+
+def schematic_png(cell) -> bytes:
+    """The PNG a schematic cell shows."""
+    match = re.search(r"\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", cell.source)
+    return base64.b64decode(match.group(1)) if match else b""
 
 
 def insert(lab: Lab, root=None) -> None:
@@ -250,6 +262,7 @@ def insert(lab: Lab, root=None) -> None:
             raise ValueError(f"{lab.lab_id}: no markdown cell starts with {heading!r}; update SCHEMATICS")
         cell = nbformat.v4.new_markdown_cell()
         nb.cells.insert(index + 1, cell)
-    cell.source = f"![{caption}](attachment:{ATTACHMENT})\n\n*{caption}*"
-    cell.attachments = {ATTACHMENT: {"image/png": base64.b64encode(png(lab.lab_id)).decode()}}
+    cell.source = f"![{caption}](data:image/png;base64,{base64.b64encode(png(lab.lab_id)).decode()})\n\n*{caption}*"
+    cell.pop("attachments", None)
+    cell.metadata.setdefault("labtools", {})[MARK] = True
     nbformat.write(nb, str(path))

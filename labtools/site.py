@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import filecmp
+import itertools
 import json
 import re
 import shutil
@@ -202,6 +203,14 @@ def _toc(labs: list[Lab], solutions: bool) -> dict:
 # the paragraph in MyST, which parses Markdown before maths; Jupyter and Colab take the maths
 # out first. Joined to the line before it, the formula reads the same in TeX.
 _DISPLAY_MATHS = re.compile(r"\$\$.+?\$\$", re.S)
+_DATA_IMAGE = re.compile(r"\]\(data:image/(png|jpeg|gif|webp);base64,([A-Za-z0-9+/=]+)\)")
+
+
+def _figure_file(page: Path, number: int, match) -> str:
+    """Write a markdown image's data URI as a file beside the site's page; its name."""
+    name = f"{page.stem}-figure-{number}.{match.group(1)}"
+    (page.parent / name).write_bytes(base64.b64decode(match.group(2)))
+    return name
 _BLOCK_START = re.compile(r"\n[ \t]*(?=[-+*>]\s|\d+[.)]\s)")
 
 
@@ -215,17 +224,13 @@ def _stage_notebook(source: Path, dest: Path) -> None:
     code that Jupyter and Colab show folded (the long read-only cells) folded here too."""
     nb = nbformat.read(str(source), as_version=4)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    figures = itertools.count(1)
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = _keep_display_maths_whole(cell.source.replace(COLAB_BADGE_URL, "../" + BADGE))
-            # Jupyter Book reads no cell attachments (the lab's schematic): each becomes a file beside the page
-            for name, data in cell.pop("attachments", {}).items():
-                kind, encoded = next(iter(data.items()))
-                if not kind.startswith("image/"):
-                    continue
-                image = f"{dest.stem}-{name}"
-                (dest.parent / image).write_bytes(base64.b64decode(encoded))
-                cell.source = cell.source.replace(f"(attachment:{name})", f"({image})")
+            # an image inside the markdown (the lab's schematic) becomes a file beside the page:
+            # the page stays small and the browser caches the figure
+            cell.source = _DATA_IMAGE.sub(lambda m: f"]({_figure_file(dest, next(figures), m)})", cell.source)
         elif cell.metadata.get("jupyter", {}).get("source_hidden"):
             cell.metadata.setdefault("tags", []).append("hide-input")
     nbformat.write(nb, str(dest))

@@ -11,7 +11,7 @@ import sys
 import nbformat
 import pytest
 
-from labtools import nbcells, schematics
+from labtools import images, nbcells, schematics
 from labtools.editions import collapse_helper, stale_files
 from labtools.labs import REPO_ROOT, built_labs, get_lab
 
@@ -146,19 +146,55 @@ def test_a_long_helper_gets_a_title_from_its_first_sentence():
 
 @pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.lab_id)
 def test_each_lab_has_its_schematic_references_and_rubrics(lab):
-    """Issue 15 item 6: one schematic (an image attachment, so it travels with the notebook) in every
+    """Issue 15 item 6: one schematic (inside the markdown, so it travels with the notebook) in every
     edition, a reference list with links, and a rubric for every written answer."""
     source = nbcells.read(lab.source_path())
     cell = schematics.schematic_cell(source)
     assert cell is not None, f"no schematic: run `python -m labtools schematics {lab.lab_id}`"
-    image = base64.b64decode(cell.attachments[schematics.ATTACHMENT]["image/png"])
+    image = schematics.schematic_png(cell)
     assert image.startswith(b"\x89PNG") and len(image) > 10_000
-    assert f"(attachment:{schematics.ATTACHMENT})" in cell.source
     for path in (lab.release_path(), lab.selfstudy_path(), lab.solutions_path()):
         shown = schematics.schematic_cell(nbformat.read(path, as_version=4))
-        assert shown is not None and shown.attachments == cell.attachments, f"{path.name}: schematic missing or stale"
+        assert shown is not None and shown.source == cell.source, f"{path.name}: schematic missing or stale"
     references = [c.source for c in source.cells if c.cell_type == "markdown" and c.source.startswith("## References")]
     assert len(references) == 1 and len(re.findall(r"\]\(https://", references[0])) >= 4, "a reference list with links"
     written = [c for c in source.cells if c.cell_type == "markdown" and nbcells.is_solution(c)]
     without = [nbcells.grade_id(c) for c in written if "**Rubric (" not in c.source]
     assert written and not without, f"written answers without a rubric: {without}"
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.lab_id)
+def test_every_markdown_image_shows_on_colab_and_github(lab):
+    """Issue 29 item 1: Colab shows no cell attachment (colabtools issue 3836) and no file beside
+    the notebook; every image of every edition is a data: URI or an https address."""
+    for path in (lab.source_path(), lab.release_path(), lab.selfstudy_path(), lab.solutions_path()):
+        assert images.not_shown_everywhere(nbformat.read(path, as_version=4)) == [], path.name
+
+
+@pytest.mark.parametrize("markdown, shown", [
+    ("![schematic](attachment:schematic.png)", False),
+    ("see ![a figure](figures/attention.png) here", False),
+    ("![over http](http://example.com/a.png)", False),
+    ('<p align="center"><img width="300" src="local.png"></p>', False),
+    ("| a | b |\n|---|---|\n| ![x](x.png) | 1 |", False),
+    ("- a list\n  ![nested](attachment:n.png)", False),
+    ("[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/x)",
+     True),
+    ("![a](data:image/png;base64,iVBORw0KGgo=)", True),
+    ("<img src='https://example.com/a.png'>", True),
+    ("```\n![in code, not shown](x.png)\n```", True),
+    ("no image, just [a link](notes.md)", True),
+])
+def test_the_image_check_knows_what_colab_cannot_show(markdown, shown):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(markdown)])
+    assert (images.not_shown_everywhere(nb) == []) is shown, images.markdown_images(markdown)
+
+
+def test_an_attachment_put_back_is_caught():
+    nb = nbformat.read(LABS[0].selfstudy_path(), as_version=4)
+    cell = schematics.schematic_cell(nb)
+    cell.source = cell.source.split("](data:")[0] + "](attachment:schematic.png)"
+    cell.attachments = {"schematic.png": {"image/png": base64.b64encode(schematics.schematic_png(
+        schematics.schematic_cell(nbcells.read(LABS[0].source_path())))).decode()}}
+    found = images.not_shown_everywhere(nb)
+    assert any("attachment:schematic.png" in f for f in found) and any("has attachments" in f for f in found)

@@ -233,3 +233,22 @@ def test_bad_site_settings_are_named(tmp_path):
     bad.write_text("solutions: maybe\n")
     with pytest.raises(site.SiteError, match="`solutions` must be true or false"):
         site.load_settings(bad)
+
+
+def test_a_figure_inside_the_markdown_becomes_a_file_beside_the_page(tmp_path):
+    """The notebooks carry their figures as data: URIs (Colab shows no attachment); the site
+    serves each as a file, so that its pages stay small and the figure is cached."""
+    import base64
+
+    from labtools import schematics
+    from labtools.site import _stage_notebook
+
+    png = schematics.schematic_png(schematics.schematic_cell(nbformat.read(str(get_lab("lab01_attention").source_path()),
+                                                                           as_version=4)))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
+        f"![the schematic](data:image/png;base64,{base64.b64encode(png).decode()})\n\n*the schematic*")])
+    nbformat.write(nb, str(tmp_path / "lab.ipynb"))
+    _stage_notebook(tmp_path / "lab.ipynb", tmp_path / "site" / "lab.ipynb")
+    staged = nbformat.read(str(tmp_path / "site" / "lab.ipynb"), as_version=4).cells[0].source
+    assert staged.startswith("![the schematic](lab-figure-1.png)") and "data:" not in staged
+    assert (tmp_path / "site" / "lab-figure-1.png").read_bytes() == png
