@@ -64,25 +64,28 @@ def _flat_student(name: str, lab_id: str) -> str | None:
     return clean_student_id(match.group("student_id")) if match else None
 
 
+def _match(rel: str, custom: str | None = None):
+    """(LMS, match) of the first file-name pattern (the course's own first) that names the
+    student of the file at `rel`, or None."""
+    for lms, pattern in ([("custom", custom)] if custom else []) + list(STUDENT_PATTERNS.items()):
+        match = re.fullmatch(pattern, rel)
+        if match and match.group("student_id"):
+            return lms, match
+    return None
+
+
 def attempt_of(rel: str, custom: str | None = None) -> str:
     """The LMS's attempt stamp in a file's path ("" when it has none): later attempts sort later."""
-    for pattern in ([custom] if custom else []) + list(STUDENT_PATTERNS.values()):
-        match = re.fullmatch(pattern, rel)
-        if match and match.groupdict().get("attempt"):
-            return match.group("attempt")
-    return ""
+    found = _match(rel, custom)
+    return (found[1].groupdict().get("attempt") or "") if found else ""
 
 
 def lms_id_of(rel: str, custom: str | None = None) -> tuple[str, str] | None:
     """(LMS, the LMS's id of the student) from a file's path, by the pattern that names the
     student (see `student_of`), or None when that pattern has no `lms_id` group."""
-    patterns = ([("custom", custom)] if custom else []) + list(STUDENT_PATTERNS.items())
-    for lms, pattern in patterns:
-        match = re.fullmatch(pattern, rel)
-        if match and match.group("student_id"):
-            found = match.groupdict().get("lms_id")
-            return (lms, found) if found else None
-    return None
+    found = _match(rel, custom)
+    lms_id = found[1].groupdict().get("lms_id") if found else None
+    return (found[0], lms_id) if lms_id else None
 
 
 def restore_hand_in_times(archive: Path, extracted: Path) -> None:
@@ -129,12 +132,9 @@ def student_of(rel: str, lab_id: str, flat_dirs: set[str], custom: str | None = 
     extraction root, a zip's own folder, a folder of '<student>_<lab>.ipynb' files);
     any other folder is taken to be one student's.
     """
-    patterns = ([custom] if custom else []) + list(STUDENT_PATTERNS.values())
-    for pattern in patterns:
-        match = re.fullmatch(pattern, rel)
-        if match and match.group("student_id"):
-            given = match.groupdict().get("file") or rel.rsplit("/", 1)[-1]
-            return _named(match), given
+    found = _match(rel, custom)
+    if found:
+        return _named(found[1]), found[1].groupdict().get("file") or rel.rsplit("/", 1)[-1]
     parent, _, name = rel.rpartition("/")
     if parent in flat_dirs:
         match = _flat_match(name, lab_id)

@@ -8,7 +8,6 @@ source/<lab>/<lab>.ipynb  --nbgrader generate_assignment-->  release/<lab>/<lab>
 from __future__ import annotations
 
 import copy
-import json
 import os
 import shutil
 import tempfile

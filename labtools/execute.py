@@ -31,6 +31,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool, Float, Integer, Type
 
 from . import incidents, judge, nbcells
+from .grade.config import course_notebook
 from .sandbox.manager import LimitedKernelManager, kernel_env  # noqa: F401 - the name courses' configs use
 
 OUT_OF_MEMORY = (
@@ -69,13 +70,13 @@ class GradingExecute(Execute):
         try:
             return self._preprocess(nb, resources, *args, **kwargs)
         finally:  # where the time went, for the grade command's report (kept by sanitize.py)
-            nb.metadata.setdefault("labtools_grader", {})["seconds"] = {
+            nb.metadata.setdefault(nbcells.GRADER_KEY, {})["seconds"] = {
                 k: round(v, 3) for k, v in self._timing.items()}
 
     def _preprocess(self, nb, resources=None, *args, **kwargs):
         incidents.reset(nb)  # what went wrong in this run, recorded as data where it happens
         self._nb = nb
-        source = judge.lab_source_path(self.config, resources)
+        source = course_notebook(self.config, resources, "source")
         source_nb = nbcells.read(source) if source else None
         self._judge, self._ran, self._deaths = None, [], 0
         if self.use_judge and (source_nb is None or not judge.uses_judge(source_nb)):

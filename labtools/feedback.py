@@ -17,17 +17,7 @@ NOTE = "# (hidden tests: not shown in feedback; the message below says what they
 
 
 def hide_hidden_regions(source: str) -> str:
-    out, hidden = [], False
-    for line in source.splitlines():
-        stripped = line.strip()
-        if stripped == nbcells.BEGIN_HIDDEN:
-            hidden = True
-            out.append(line[: len(line) - len(line.lstrip())] + NOTE)
-        elif stripped == nbcells.END_HIDDEN:
-            hidden = False
-        elif not hidden:
-            out.append(line)
-    return "\n".join(out)
+    return nbcells.drop_hidden_tests(source, note=NOTE)
 
 
 class HideHiddenTests(NbGraderPreprocessor):

@@ -76,18 +76,6 @@ class SubmissionResult:
     # "notebook cells", "test cells" (the judge); then "feedback"
     seconds: dict[str, float] = field(default_factory=dict)
 
-    @property
-    def auto_score(self) -> float:
-        return sum(c.points for c in self.cells if c.kind == "autograded")
-
-    @property
-    def auto_max(self) -> float:
-        return sum(c.max_points for c in self.cells if c.kind == "autograded")
-
-    @property
-    def manual_max(self) -> float:
-        return sum(c.max_points for c in self.cells if c.kind != "autograded")
-
 
 def find_course(job: SubmissionJob) -> Path:
     """The worker's checkout of the course: $LABTOOLS_COURSE, the client's folder when

@@ -10,6 +10,8 @@ BEGIN_SOLUTION = "### BEGIN SOLUTION"
 END_SOLUTION = "### END SOLUTION"
 BEGIN_HIDDEN = "### BEGIN HIDDEN TESTS"
 END_HIDDEN = "### END HIDDEN TESTS"
+# the notebook metadata the grader owns: what restore changed, incidents, where the time went
+GRADER_KEY = "labtools_grader"
 
 
 def read(path: Path) -> nbformat.NotebookNode:
@@ -17,11 +19,16 @@ def read(path: Path) -> nbformat.NotebookNode:
 
 
 def nbgrader_meta(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+    meta = cell.get("metadata", {}).get("nbgrader")
+    return meta if isinstance(meta, dict) else {}  # a submission's metadata can hold anything
 
 
 def grade_id(cell) -> str | None:
-    return nbgrader_meta(cell).get("grade_id")
+    """The cell's nbgrader grade_id; None when it has none, or a submission's metadata holds
+    something that is not a string there."""
+    meta = cell.get("metadata", {}).get("nbgrader")
+    gid = meta.get("grade_id") if isinstance(meta, dict) else None
+    return gid if isinstance(gid, str) else None
 
 
 def is_solution(cell) -> bool:
@@ -72,18 +79,21 @@ def tests_of(nb, exercise: str) -> list:
     return [c for c in nb.cells if is_autograded_test(c) and test_owner(grade_id(c), names) == exercise]
 
 
-def drop_hidden_tests(source: str) -> str:
-    """The source without the region between the hidden-test markers."""
+def drop_hidden_tests(source: str, note: str | None = None) -> str:
+    """The source without the region between the hidden-test markers; with `note`, the
+    region is replaced by that line, indented as its first marker was (feedback says so)."""
     out, hidden = [], False
     for line in source.splitlines():
         stripped = line.strip()
         if stripped == BEGIN_HIDDEN:
             hidden = True
+            if note is not None:
+                out.append(line[: len(line) - len(line.lstrip())] + note)
         elif stripped == END_HIDDEN:
             hidden = False
         elif not hidden:
             out.append(line)
-    return "\n".join(out).rstrip()
+    return "\n".join(out) if note is not None else "\n".join(out).rstrip()
 
 
 def strip_markers(source: str, markers=(BEGIN_SOLUTION, END_SOLUTION, BEGIN_HIDDEN, END_HIDDEN)) -> str:

@@ -25,34 +25,15 @@ reports; the notebook is then graded as usual.
 from __future__ import annotations
 
 import copy
-import os
 
 import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from . import nbcells
+from .grade.config import course_notebook
 
-REPORT_KEY = "labtools_grader"
+REPORT_KEY = nbcells.GRADER_KEY
 _CELL_KEYS = ("grade", "grade_id", "locked", "points", "solution", "task", "schema_version", "cell_type")
-
-
-def release_path(config, resources) -> str | None:
-    """The release notebook of the lab being graded (what the student was given)."""
-    from nbgrader.coursedir import CourseDirectory
-
-    info = resources.get("nbgrader", {}) if resources else {}
-    assignment, notebook = info.get("assignment"), info.get("notebook")
-    if not (assignment and notebook):
-        return None
-    coursedir = CourseDirectory(config=config)
-    path = os.path.join(coursedir.format_path(coursedir.release_directory, ".", assignment), f"{notebook}.ipynb")
-    return path if os.path.exists(path) else None
-
-
-def _grade_id(cell) -> str | None:
-    meta = cell.get("metadata", {}).get("nbgrader")
-    gid = meta.get("grade_id") if isinstance(meta, dict) else None
-    return gid if isinstance(gid, str) else None
 
 
 def _as_type(cell, cell_type: str):
@@ -83,18 +64,18 @@ def restore(nb, release) -> list[dict]:
     def note(cell_name, change):
         changes.append({"cell": str(cell_name)[:80], "change": change})
 
-    marked = [c for c in release.cells if _grade_id(c)]
-    order = [_grade_id(c) for c in marked]
-    by_id = {_grade_id(c): c for c in marked}
+    marked = [c for c in release.cells if nbcells.grade_id(c)]
+    order = [nbcells.grade_id(c) for c in marked]
+    by_id = {nbcells.grade_id(c): c for c in marked}
 
     # 1. which submission cell is which marked cell
     seen: dict[str, object] = {}
     strays = []  # (cell, claimed grade_id, its metadata): metadata the release does not have
-    last = {_grade_id(c): i for i, c in enumerate(nb.cells) if "nbgrader" in c.get("metadata", {})}
+    last = {nbcells.grade_id(c): i for i, c in enumerate(nb.cells) if "nbgrader" in c.get("metadata", {})}
     for index, cell in enumerate(nb.cells):
         if "nbgrader" not in cell.get("metadata", {}):
             continue
-        gid = _grade_id(cell)
+        gid = nbcells.grade_id(cell)
         if gid in by_id and last[gid] == index:  # a duplicated cell: the last copy, most likely the one edited
             seen[gid] = cell
             continue
@@ -197,7 +178,7 @@ class RestoreFromRelease(NbGraderPreprocessor):
     """First autograde step: the submission's structure as released (see module doc)."""
 
     def preprocess(self, nb, resources):
-        path = release_path(self.config, resources)
+        path = course_notebook(self.config, resources, "release")
         if path is None:
             self.log.warning("no release notebook found: the submission's metadata was not checked")
             return nb, resources

@@ -34,6 +34,8 @@ import nbformat
 from nbconvert.exporters import HTMLExporter
 from nbgrader.preprocessors import NbGraderPreprocessor
 
+from . import nbcells
+
 SAFE_MIMETYPES = ("text/plain", "image/png", "image/jpeg")
 BLANK_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
 CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; font-src data:; "
@@ -195,7 +197,7 @@ def neutralize(nb, trusted_markdown=frozenset(), escape_markdown: bool = True) -
             outputs = [_clean_output(o, changes, where) for o in cell.get("outputs", []) if isinstance(o, dict)]
             cell["outputs"] = [nbformat.from_dict(o) for o in outputs if o is not None]
     language = nb.metadata.get("language_info")
-    nb.metadata = nbformat.from_dict({k: v for k, v in nb.metadata.items() if k in ("kernelspec", "nbgrader", "labtools_grader")})
+    nb.metadata = nbformat.from_dict({k: v for k, v in nb.metadata.items() if k in ("kernelspec", "nbgrader", nbcells.GRADER_KEY)})
     if isinstance(language, dict) and isinstance(language.get("name"), str) and language["name"].isidentifier():
         nb.metadata["language_info"] = {"name": language["name"]}
     return changes
@@ -203,7 +205,6 @@ def neutralize(nb, trusted_markdown=frozenset(), escape_markdown: bool = True) -
 
 def trusted_markdown(*notebooks) -> set[str]:
     """Markdown sources of instructor notebooks, except the answer cells students fill in."""
-    from . import nbcells
 
     return {cell.source for nb in notebooks for cell in nb.cells
             if cell.cell_type == "markdown" and not nbcells.is_solution(cell)}
@@ -217,10 +218,9 @@ class NeutralizeStudentContent(NbGraderPreprocessor):
     """
 
     def preprocess(self, nb, resources):
-        from . import nbcells
-        from .judge import lab_source_path
+        from .grade.config import course_notebook
 
-        source = lab_source_path(self.config, resources)
+        source = course_notebook(self.config, resources, "source")
         trusted = trusted_markdown(nbcells.read(source)) if source else set()
         changes = neutralize(nb, trusted)
         if changes:

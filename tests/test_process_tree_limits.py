@@ -111,3 +111,13 @@ def test_without_control_groups_the_reason_and_the_way_out_are_said(monkeypatch,
     assert cgroups.resolve("none") is False
     with pytest.raises(ValueError):
         cgroups.resolve("sometimes")
+
+
+def test_the_control_group_probe_runs_once_per_process(monkeypatch):
+    """A probe group is made and removed once, not once per notebook's kernel manager."""
+    made = []
+    real = cgroups.KernelGroup.create
+    monkeypatch.setattr(cgroups.KernelGroup, "create", staticmethod(lambda *a: made.append(a) or real(*a)))
+    cgroups._probe.cache_clear()
+    first = [cgroups.resolve("auto") for _ in range(3)]
+    assert len(made) <= 1 and len(set(first)) == 1

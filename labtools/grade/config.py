@@ -144,3 +144,19 @@ def with_busy_timeout(db_url: str, seconds: int = 120) -> str:
     if not db_url.startswith("sqlite:") or "timeout=" in db_url:
         return db_url
     return db_url + ("&" if "?" in db_url else "?") + f"timeout={seconds}"
+
+
+def course_notebook(config, resources, kind: str) -> Path | None:
+    """The lab's "source" or "release" notebook in the course being graded, for the notebook
+    nbgrader is working on (its `resources`); None when it has none."""
+    from nbgrader.coursedir import CourseDirectory
+
+    info = resources.get("nbgrader", {}) if resources else {}
+    assignment, notebook = info.get("assignment"), info.get("notebook")
+    if not (assignment and notebook):
+        return None
+    coursedir = CourseDirectory(config=config)
+    folder = (Path(coursedir.root) / "source" / assignment if kind == "source" else
+              Path(coursedir.format_path(coursedir.release_directory, ".", assignment)))
+    path = folder / f"{notebook}.ipynb"
+    return path if path.exists() else None

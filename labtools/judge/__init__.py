@@ -12,9 +12,9 @@
 from .embed import HANDLE_GRADE_ID, RULES_SOURCE, WIRE_SOURCE, agent_bootstrap, handle_cell_source
 from .kernel_channel import JudgeTimeout, KernelChannel
 from .runner import (JUDGE_TAG, NEEDS_REVIEW, GraderSetupError, Judge, Verdict, is_lab_cell, judge_cells,
-                     lab_cell_ids, lab_source_path, library_has, needs_review, notebook_names_read, uses_judge)
+                     lab_cell_ids, library_has, needs_review, notebook_names_read, uses_judge)
 
 __all__ = ["HANDLE_GRADE_ID", "JUDGE_TAG", "NEEDS_REVIEW", "RULES_SOURCE", "WIRE_SOURCE", "GraderSetupError", "Judge",
            "JudgeTimeout", "KernelChannel", "Verdict", "agent_bootstrap", "handle_cell_source", "is_lab_cell",
-           "judge_cells", "lab_cell_ids", "lab_source_path", "library_has", "needs_review", "notebook_names_read",
+           "judge_cells", "lab_cell_ids", "library_has", "needs_review", "notebook_names_read",
            "uses_judge"]

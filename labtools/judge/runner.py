@@ -24,7 +24,6 @@ import contextlib
 import io
 import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .. import nbcells
 from . import reader, wire
@@ -280,15 +279,3 @@ def _describe_failure(exc: BaseException) -> tuple[str, str]:
     last = traceback.extract_tb(exc.__traceback__)[-1:]
     where = f" (at {last[0].name}, line {last[0].lineno})" if last else ""
     return type(exc).__name__, f"{exc}{where}"
-
-
-def lab_source_path(config, resources) -> Path | None:
-    """The source notebook of the lab being graded, from nbgrader's resources."""
-    from nbgrader.coursedir import CourseDirectory
-
-    info = resources.get("nbgrader", {}) if resources else {}
-    assignment, notebook = info.get("assignment"), info.get("notebook")
-    if not (assignment and notebook):
-        return None
-    path = Path(CourseDirectory(config=config).root) / "source" / assignment / f"{notebook}.ipynb"
-    return path if path.exists() else None

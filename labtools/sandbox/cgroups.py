@@ -19,6 +19,7 @@ the cell, and goes on with a fresh kernel. Where neither version can be used,
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -47,19 +48,29 @@ def resolve(mode: str, log=None) -> bool:
         raise ValueError(f"c.LimitedKernelManager.cgroup must be one of {', '.join(MODES)}, not {mode!r}")
     if mode == "none":
         return False
+    problem = _probe(ROOT)  # once per process and root, not once per kernel manager
+    if problem is None:
+        return True
+    if mode == "require" or os.environ.get(REQUIRE_ENV) == "1":
+        raise GroupUnavailable(problem)
+    if problem not in _warned:
+        _warned.add(problem)
+        import logging
+        (log or logging.getLogger(__name__)).warning(
+            "KERNELS ARE LIMITED PER PROCESS ONLY: %s. A notebook's child processes together can use "
+            "more memory than memory_mb.", problem)
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def _probe(root: Path) -> str | None:
+    """Why no control group can be made under `root`, or None: asked once per process (a
+    probe group is made and removed), not once per kernel manager."""
     try:
         KernelGroup.create(64, 16, 0).remove()
-        return True
+        return None
     except GroupUnavailable as exc:
-        if mode == "require" or os.environ.get(REQUIRE_ENV) == "1":
-            raise
-        if str(exc) not in _warned:
-            _warned.add(str(exc))
-            import logging
-            (log or logging.getLogger(__name__)).warning(
-                "KERNELS ARE LIMITED PER PROCESS ONLY: %s. A notebook's child processes together can use "
-                "more memory than memory_mb.", exc)
-        return False
+        return str(exc)
 
 
 def _own_paths() -> dict[str, str]:
