@@ -87,7 +87,7 @@ def cmd_demo(args) -> int:
         if stale_files(lab):
             print(f"building {lab.lab_id} (its editions are out of date with source/)")
             build(lab)
-    run_demo(labs)
+    run_demo(labs, course=Path(args.out) if args.out else None)
     return 0
 
 
@@ -173,6 +173,7 @@ def main(argv=None) -> int:
 
     p = sub.add_parser("demo", help="build every lab, then autograde a demo class and print its grades")
     p.add_argument("labs", nargs="*")
+    p.add_argument("--out", help="the demo course's folder, replaced (default: build/demo-course)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("site", help="build the course website (Jupyter Book) into build/site/")

@@ -52,8 +52,8 @@ def demo_class(lab: Lab, root: Path = REPO_ROOT) -> dict[str, str]:
     return out
 
 
-def run_demo(labs: list[Lab], log=print) -> list[GradeReport]:
-    course = REPO_ROOT / "build" / "demo-course"
+def run_demo(labs: list[Lab], log=print, course: Path | None = None) -> list[GradeReport]:
+    course = (course or REPO_ROOT / "build" / "demo-course").resolve()
     if course.exists():
         shutil.rmtree(course)
     course.mkdir(parents=True)
@@ -65,7 +65,7 @@ def run_demo(labs: list[Lab], log=print) -> list[GradeReport]:
         with zipfile.ZipFile(archive, "w") as zf:
             for name, text in demo_class(lab).items():
                 zf.writestr(name, text)
-        log(f"\n=== demo class for {lab.lab_id}: {archive.relative_to(REPO_ROOT)}")
+        log(f"\n=== demo class for {lab.lab_id}: {archive}")
         report = grade(lab.lab_id, archive, course_dir=course, log=log)
         log(f"\nGrades for {lab.lab_id} (gradebook {course / 'gradebook.db'}):\n{report.table()}")
         log(f"CSV: {report.csv_path}\nFeedback: {report.feedback_dir}")

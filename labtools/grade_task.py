@@ -137,7 +137,10 @@ def grade_submission(job: SubmissionJob) -> SubmissionResult:
             f"(source notebook {found[:12]} here, {job.source_hash[:12]} there): update its checkout of the course "
             "(git pull) and restart the worker")
     with _LOCK:
+        from .grade.config import quiet_gradebook
+
         logging.getLogger("traitlets").setLevel(logging.ERROR)
+        quiet_gradebook()
         scratch = _scratch_course(course, job)
         result = _grade_in(scratch, job)
     result.worker = socket.gethostname()

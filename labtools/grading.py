@@ -38,7 +38,7 @@ from .labs import REPO_ROOT, get_lab
 
 # the configuration nbgrader runs with, and the scratch folders: in labtools/grade/config.py
 from .grade.config import (  # noqa: E402,F401
-    RELEASE_DIR, SCRATCH, GradingError, UnsafeConfig, nbgrader_config, with_busy_timeout,
+    RELEASE_DIR, SCRATCH, GradingError, UnsafeConfig, nbgrader_config, quiet_gradebook, with_busy_timeout,
 )
 GRADED_MARK = ".labtools-graded.json"  # in autograded/<student>/<lab>/: what was graded, for resuming
 
@@ -136,7 +136,7 @@ class GradeRun:
 
         # nbgrader's own INFO/WARNING chatter would bury the report; errors still show.
         logging.getLogger("traitlets").setLevel(logging.ERROR)
-        warnings.filterwarnings("ignore", message=".*not in session.*")
+        quiet_gradebook()
         self.lab = get_lab(lab_id)
         self.course = Path(course_dir).resolve()
         self.submissions = Path(submissions)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from labtools.labs import REPO_ROOT
 
 from conftest import course_module
@@ -39,3 +41,16 @@ def test_an_installed_torch_is_never_reinstalled(monkeypatch):
 def test_without_a_command_it_explains_itself():
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "course.py")], capture_output=True, text=True)
     assert proc.returncode == 2 and "course.py demo" in proc.stdout and "course.py test" in proc.stdout
+
+
+@pytest.mark.slow
+def test_the_demo_says_what_matters_and_no_library_noise(tmp_path):
+    """Issue 28: progress, grade tables and real problems only. nbgrader's gradebook made
+    SQLAlchemy print two SAWarning lines per object "not in session", in every worker."""
+    proc = subprocess.run([sys.executable, "-m", "labtools", "demo", "lab01_attention", "--out", str(tmp_path / "demo")],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "Grades for lab01_attention" in out and "lovelaceada" in out
+    noise = [line for line in out.splitlines() if "Warning" in line or "warnings.warn" in line or "site-packages" in line]
+    assert noise == [], noise[:5]
