@@ -19,7 +19,7 @@ def _labs(ids: list[str]):
 
 
 def cmd_build(args) -> int:
-    from .editions import build
+    from .build.editions import build
 
     for lab in _labs(args.labs):
         start = time.perf_counter()
@@ -30,7 +30,7 @@ def cmd_build(args) -> int:
 
 
 def cmd_schematics(args) -> int:
-    from .schematics import insert
+    from .build.schematics import insert
 
     for lab in _labs(args.labs):
         insert(lab)
@@ -39,7 +39,7 @@ def cmd_schematics(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from .editions import stale_files
+    from .build.editions import stale_files
 
     stale = [f for lab in _labs(args.labs) for f in stale_files(lab)]
     if stale:
@@ -52,7 +52,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    from .grading import grade
+    from .grade.run import grade
 
     report = grade(args.lab, Path(args.submissions), course_dir=Path(args.course_dir),
                    db_url=args.db, out_dir=Path(args.out) if args.out else None,
@@ -76,9 +76,9 @@ def cmd_grade(args) -> int:
 
 def cmd_demo(args) -> int:
     from .demo import run_demo
-    from .editions import build
+    from .build.editions import build
 
-    from .editions import stale_files
+    from .build.editions import stale_files
 
     labs = _labs(args.labs)
     for lab in labs:
@@ -92,7 +92,7 @@ def cmd_demo(args) -> int:
 
 
 def cmd_site(args) -> int:
-    from .site import DEFAULT_OUT, SiteError, build
+    from .build.site import DEFAULT_OUT, SiteError, build
 
     try:
         result = build(_labs(args.labs), out_dir=Path(args.out) if args.out else DEFAULT_OUT,
@@ -106,7 +106,7 @@ def cmd_site(args) -> int:
 
 
 def cmd_lms_export(args) -> int:
-    from .lms import LmsError, export
+    from .grade.lms import LmsError, export
 
     try:
         result = export(args.lab, Path(args.source), out=Path(args.out) if args.out else None, lms=args.format,
@@ -195,8 +195,8 @@ def main(argv=None) -> int:
                   file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001
-        from .editions import BuildError
-        from .grading import GradingError
+        from .build.editions import BuildError
+        from .grade.run import GradingError
 
         if isinstance(exc, (BuildError, GradingError)):
             print(f"error: {exc}", file=sys.stderr)

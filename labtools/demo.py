@@ -14,9 +14,9 @@ from pathlib import Path
 import nbformat
 
 from . import nbcells
-from .grading import GradeReport, grade
+from .grade.run import GradeReport, grade
 from .labs import REPO_ROOT, Lab
-from .submissions import fill_release
+from .build.submissions import fill_release
 
 ANSWERS = Path(__file__).parent / "demo_answers"  # <lab>.json: {"correct": {...}, "wrong": {...}}
 

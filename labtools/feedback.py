@@ -1,31 +1,11 @@
-"""Feedback for students without the hidden tests.
+"""Moved to labtools/grade/steps/feedback.py. This name keeps working for one release (a course's
+nbgrader_config.py, a script, a running worker may still import it); it is the same module
+object, so a setting changed through either name is changed for both."""
 
-nbgrader's feedback is the autograded notebook as HTML, hidden tests included.
-`HideHiddenTests` (added to GenerateFeedback's preprocessors by `labtools grade`
-unless told otherwise) replaces each hidden region with a one-line note and cuts
-tracebacks down to the error's message, which the tests write as a hint. The
-instructor's view (the autograded notebooks, formgrader) keeps everything.
-"""
+import sys
+import warnings
 
-from __future__ import annotations
+from .grade.steps import feedback as _moved
 
-from nbgrader.preprocessors import NbGraderPreprocessor
-
-from . import nbcells
-
-NOTE = "# (hidden tests: not shown in feedback; the message below says what they found)"
-
-
-def hide_hidden_regions(source: str) -> str:
-    return nbcells.drop_hidden_tests(source, note=NOTE)
-
-
-class HideHiddenTests(NbGraderPreprocessor):
-    def preprocess_cell(self, cell, resources, index):
-        if cell.cell_type == "code" and nbcells.BEGIN_HIDDEN in cell.source:
-            cell.source = hide_hidden_regions(cell.source)
-            for output in cell.get("outputs", []):
-                if output.get("output_type") == "error":
-                    # a traceback quotes the hidden line that failed; keep only the message
-                    output["traceback"] = [f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"]
-        return cell, resources
+warnings.warn("labtools.feedback is now labtools.grade.steps.feedback", DeprecationWarning, stacklevel=2)
+sys.modules[__name__] = _moved

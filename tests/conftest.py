@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from labtools.demo import demo_class
-from labtools.grading import grade
+from labtools.grade.run import grade
 from labtools.labs import REPO_ROOT, built_labs
 
 

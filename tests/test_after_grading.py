@@ -9,8 +9,8 @@ from pathlib import Path
 import nbformat
 
 from labtools import cli, nbcells
-from labtools.grading import grade
-from labtools.lms import LMS_IDS, load_lms_ids
+from labtools.grade.run import grade
+from labtools.grade.lms import LMS_IDS, load_lms_ids
 
 from conftest import make_course, write_zip
 from test_similarity import ADA, BEN, LAB, SOURCE, _submission

@@ -23,10 +23,10 @@ import torch
 from nbgrader.api import Gradebook
 
 from labtools import judge, nbcells
-from labtools.execute import kernel_env
-from labtools.grading import grade
+from labtools.grade.steps.execute import kernel_env
+from labtools.grade.run import grade
 from labtools.labs import get_lab
-from labtools.submissions import fill_release
+from labtools.build.submissions import fill_release
 
 from conftest import make_course, write_zip
 

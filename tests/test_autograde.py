@@ -125,7 +125,7 @@ def test_student_feedback_leaves_hidden_tests_out(graded_class):
 def test_honest_submissions_record_no_incident(graded_class):
     """Honest notebooks, in every style of the demo class, are neither sent to review nor
     reported with an incident (a false alarm would tell an honest student they cheated)."""
-    from labtools import incidents
+    from labtools.grade import incidents
 
     lab, course, report = graded_class
     for student in ("lovelaceada", "turingalan", "dijkstraedsger", "liskovbarbara"):

@@ -9,7 +9,7 @@ import importlib.util
 import distributed
 import pytest
 
-from labtools.cluster import GradeCluster, dask_client
+from labtools.grade.cluster import GradeCluster, dask_client
 
 LINK = "http://127.0.0.1:40123/status"
 

@@ -14,7 +14,7 @@ from unittest import mock
 import pytest
 
 from labtools import nbcells
-from labtools.editions import execute
+from labtools.build.editions import execute
 from labtools.labs import REPO_ROOT, built_labs
 
 from conftest import course_module

@@ -8,7 +8,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from labtools import collect
+from labtools.grade import collect
 
 LAB = "lab01_attention"
 

@@ -19,9 +19,9 @@ import pytest
 from nbgrader.api import Gradebook
 
 from labtools import nbcells
-from labtools.grading import GRADED_MARK, GradingError, grade
+from labtools.grade.run import GRADED_MARK, GradingError, grade
 from labtools.labs import get_lab
-from labtools.submissions import fill_release
+from labtools.build.submissions import fill_release
 
 from conftest import make_course, write_zip
 

@@ -11,8 +11,10 @@ import sys
 import nbformat
 import pytest
 
-from labtools import images, nbcells, schematics
-from labtools.editions import collapse_helper, stale_files
+from labtools import nbcells
+from labtools.build import images
+from labtools.build import schematics
+from labtools.build.editions import collapse_helper, stale_files
 from labtools.labs import REPO_ROOT, built_labs, get_lab
 
 LABS = built_labs()

@@ -12,10 +12,10 @@ import nbformat
 import pytest
 
 from labtools import nbcells
-from labtools.collect import scan, student_of
-from labtools.grading import GradingError, grade
+from labtools.grade.collect import scan, student_of
+from labtools.grade.run import GradingError, grade
 from labtools.labs import REPO_ROOT, get_lab
-from labtools.submissions import fill_release
+from labtools.build.submissions import fill_release
 
 from conftest import make_course, write_zip
 
@@ -119,7 +119,8 @@ def test_scan_picks_one_notebook_per_student_and_explains(tmp_path):
 def test_a_run_the_cluster_could_not_finish_exits_non_zero(monkeypatch, tmp_path, capsys):
     """Submissions that failed on the cluster (a worker lost every time, say) are the cluster's
     fault: the command says which and exits 1, so that a script or CI does not take it for done."""
-    from labtools import cli, grading
+    from labtools import cli
+    from labtools.grade import run as grading
 
     def fake_grade(lab_id, submissions, cluster_failures=(), **kwargs):
         report = grading.GradeReport(lab_id, csv_path=tmp_path / "grades.csv", feedback_dir=tmp_path)

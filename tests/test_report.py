@@ -1,4 +1,4 @@
-"""The instructor's report (labtools/report.py): its summary from made-up grade runs (fast),
+"""The instructor's report (labtools/grade/report.py): its summary from made-up grade runs (fast),
 its page with student text in it (fast), and one real grade run's report.html opened in
 headless Chromium (slow)."""
 
@@ -13,12 +13,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labtools import nbcells, report
-from labtools.grading import GradeReport, GradingError, StudentResult, grade
+from labtools import nbcells
+from labtools.grade import report
+from labtools.grade.run import GradeReport, GradingError, StudentResult, grade
 from labtools.labs import get_lab
-from labtools.lms import LmsError
-from labtools.similarity import SharedCode, SimilarityReport, SimilarPair
-from labtools.submissions import fill_release
+from labtools.grade.lms import LmsError
+from labtools.grade.similarity import SharedCode, SimilarityReport, SimilarPair
+from labtools.build.submissions import fill_release
 
 LAB = get_lab("lab01_attention")
 CANVAS_EXPORT = Path(__file__).parent / "fixtures" / "lms" / "canvas_gradebook.csv"

@@ -22,10 +22,10 @@ import pytest
 
 from labtools import nbcells
 from labtools.sandbox import bwrap as sandbox
-from labtools.execute import LimitedKernelManager
-from labtools.grading import grade
+from labtools.grade.steps.execute import LimitedKernelManager
+from labtools.grade.run import grade
 from labtools.labs import get_lab
-from labtools.submissions import fill_release
+from labtools.build.submissions import fill_release
 
 from conftest import make_course, write_zip
 
@@ -363,7 +363,7 @@ def test_a_bad_setting_is_named():
 def test_grade_refuses_once_before_grading_when_the_sandbox_is_required(no_bwrap, monkeypatch, tmp_path):
     """With workers, each kernel starts in a subprocess whose output nobody sees: the grade
     command itself must stop before grading, with the reason."""
-    from labtools.grading import GradingError, grade
+    from labtools.grade.run import GradingError, grade
 
     from conftest import make_course, write_zip
 

@@ -1,10 +1,10 @@
-"""labtools.sanitize on hand-made notebooks: what may reach an HTML template."""
+"""labtools.grade.steps.sanitize on hand-made notebooks: what may reach an HTML template."""
 
 from __future__ import annotations
 
 import nbformat
 
-from labtools.sanitize import BLANK_PNG, clean_html, neutralize
+from labtools.grade.steps.sanitize import BLANK_PNG, clean_html, neutralize
 
 PNG = BLANK_PNG
 

@@ -10,9 +10,10 @@ import csv
 import nbformat
 import pytest
 
-from labtools import nbcells, similarity
+from labtools import nbcells
+from labtools.grade import similarity
 from labtools.labs import get_lab
-from labtools.submissions import fill_release
+from labtools.build.submissions import fill_release
 
 LAB = get_lab("lab01_attention")
 SOURCE = nbcells.read(LAB.source_path())

@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labtools import site
+from labtools.build import site
 from labtools.cli import main
 from labtools.labs import REPO_ROOT, built_labs, get_lab
 
@@ -240,8 +240,8 @@ def test_a_figure_inside_the_markdown_becomes_a_file_beside_the_page(tmp_path):
     serves each as a file, so that its pages stay small and the figure is cached."""
     import base64
 
-    from labtools import schematics
-    from labtools.site import _stage_notebook
+    from labtools.build import schematics
+    from labtools.build.site import _stage_notebook
 
     png = schematics.schematic_png(schematics.schematic_cell(nbformat.read(str(get_lab("lab01_attention").source_path()),
                                                                            as_version=4)))

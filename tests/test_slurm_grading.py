@@ -1,6 +1,6 @@
 """Grading through Slurm, for real: a single-node Slurm started here (munged, slurmctld
 and slurmd with a generated configuration in a temporary folder), grading workers
-submitted as Slurm jobs by `python -m labtools.slurm_workers` (dask-jobqueue), exactly
+submitted as Slurm jobs by `python -m labtools.grade.slurm_workers` (dask-jobqueue), exactly
 as the README tells an instructor, and a class graded through them with
 `--scheduler`. The grades must equal those of a plain local run.
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from labtools.grading import grade
+from labtools.grade.run import grade
 
 from conftest import make_course, write_zip
 from test_dask_grading import LAB, _class, _scores, _submissions_in_gradebook, stop_processes
@@ -147,10 +147,10 @@ def small_class(tmp_path_factory) -> tuple[Path, dict]:
 
 
 def _workers(slurm: _Slurm, checkout: Path, *args: str) -> tuple[subprocess.Popen, Path]:
-    """`.venv/bin/python -m labtools.slurm_workers ...`, run in a checkout of the course."""
+    """`.venv/bin/python -m labtools.grade.slurm_workers ...`, run in a checkout of the course."""
     out = checkout / "slurm_workers.out"
     with open(out, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "labtools.slurm_workers", "--port", "0", *args],
+        proc = subprocess.Popen([sys.executable, "-m", "labtools.grade.slurm_workers", "--port", "0", *args],
                                 cwd=checkout, env=slurm.env, stdout=log, stderr=subprocess.STDOUT)
     return proc, out
 

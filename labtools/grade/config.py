@@ -32,7 +32,7 @@ class UnsafeConfig(GradingError):
 def sanitize_steps() -> list:
     from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, DeduplicateIds, OverwriteCells, OverwriteKernelspec
 
-    from ..restore import RestoreFromRelease
+    from .steps.restore import RestoreFromRelease
 
     return [RestoreFromRelease, ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata]
 
@@ -41,8 +41,8 @@ def autograde_steps() -> list:
     from nbconvert.preprocessors import ClearMetadataPreprocessor
     from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput, SaveAutoGrades
 
-    from ..execute import GradingExecute
-    from ..sanitize import NeutralizeStudentContent
+    from .steps.execute import GradingExecute
+    from .steps.sanitize import NeutralizeStudentContent
 
     return [GradingExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, NeutralizeStudentContent,
             SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
@@ -64,9 +64,9 @@ def install_grading_steps(config: Config) -> None:
     """Give `config` labtools' steps where it names none; refuse it where it names others."""
     from nbgrader.preprocessors import Execute, SaveAutoGrades
 
-    from ..execute import GradingExecute, LimitedKernelManager
-    from ..restore import RestoreFromRelease
-    from ..sanitize import NeutralizeStudentContent
+    from .steps.execute import GradingExecute, LimitedKernelManager
+    from .steps.restore import RestoreFromRelease
+    from .steps.sanitize import NeutralizeStudentContent
 
     where = "nbgrader_config.py"
     fix = (" Remove the line to grade with labtools' own steps (labtools/grade/config.py), or list them as "
@@ -76,13 +76,13 @@ def install_grading_steps(config: Config) -> None:
         config.Autograde.sanitize_preprocessors = sanitize_steps()
     elif _has(sanitize, RestoreFromRelease) != 0:
         raise UnsafeConfig(f"{where}: c.Autograde.sanitize_preprocessors must start with "
-                           f"labtools.restore.RestoreFromRelease (it lists {', '.join(map(_name, sanitize))})." + fix)
+                           f"labtools.grade.steps.restore.RestoreFromRelease (it lists {', '.join(map(_name, sanitize))})." + fix)
     steps = config.Autograde.get("autograde_preprocessors")
     if steps is None:
         config.Autograde.autograde_preprocessors = steps = autograde_steps()
     listed = ", ".join(map(_name, steps)) or "nothing"
     if _has(steps, GradingExecute) is None:
-        raise UnsafeConfig(f"{where}: c.Autograde.autograde_preprocessors has no labtools.execute.GradingExecute "
+        raise UnsafeConfig(f"{where}: c.Autograde.autograde_preprocessors has no labtools.grade.steps.execute.GradingExecute "
                            f"(it lists {listed}): the notebooks would run with no judge and no sandbox." + fix)
     plain = [s for s in steps if _has([s], Execute) is not None and _has([s], GradingExecute) is None]
     if plain:
@@ -91,18 +91,18 @@ def install_grading_steps(config: Config) -> None:
     neutral, saving = _has(steps, NeutralizeStudentContent), _has(steps, SaveAutoGrades)
     if neutral is None or (saving is not None and neutral > saving):
         raise UnsafeConfig(f"{where}: c.Autograde.autograde_preprocessors must run "
-                           "labtools.sanitize.NeutralizeStudentContent before SaveAutoGrades "
+                           "labtools.grade.steps.sanitize.NeutralizeStudentContent before SaveAutoGrades "
                            f"(it lists {listed}): student content would reach the gradebook live." + fix)
     for section in ("GradingExecute", "Execute", "ExecutePreprocessor", "NotebookClient"):
         manager = config[section].get("kernel_manager_class") if section in config else None
         if manager is not None and not (isinstance(manager, type) and issubclass(manager, LimitedKernelManager)):
             raise UnsafeConfig(f"{where}: c.{section}.kernel_manager_class = {_name(manager)} would start "
                                "kernels outside the sandbox and its limits; remove the line "
-                               "(labtools.execute.LimitedKernelManager is used).")
+                               "(labtools.sandbox.manager.LimitedKernelManager is used).")
 
 
 def nbgrader_config(course: Path, db_url: str | None, hide_hidden_tests: bool = True) -> Config:
-    from ..gradebook_schema import use_in_process_version
+    from .gradebook_schema import use_in_process_version
 
     use_in_process_version()  # no `alembic` subprocess per new gradebook (client and every worker)
     config = Config()
@@ -112,16 +112,16 @@ def nbgrader_config(course: Path, db_url: str | None, hide_hidden_tests: bool = 
     # The build owns release/; grading regenerates the assignment into scratch space.
     config.CourseDirectory.release_directory = RELEASE_DIR
     # Whatever the course's nbgrader_config.py says, student content is shown inert.
-    from ..sanitize import NeutralizeStudentContent, SafeFeedbackExporter
+    from .steps.sanitize import NeutralizeStudentContent, SafeFeedbackExporter
 
     config.GenerateFeedback.exporter_class = SafeFeedbackExporter
     config.HTMLExporter.sanitize_html = True
-    config.HTMLExporter.filters = {"clean_html": "labtools.sanitize.clean_html"}
+    config.HTMLExporter.filters = {"clean_html": "labtools.grade.steps.sanitize.clean_html"}
     install_grading_steps(config)
     from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
     from nbgrader.preprocessors import GetGrades
 
-    from ..feedback import HideHiddenTests
+    from .steps.feedback import HideHiddenTests
 
     # set either way: the course's nbgrader_config.py hides them, which --show-hidden-tests must undo
     config.GenerateFeedback.preprocessors = [GetGrades, *([HideHiddenTests] if hide_hidden_tests else []),
@@ -144,22 +144,6 @@ def with_busy_timeout(db_url: str, seconds: int = 120) -> str:
     if not db_url.startswith("sqlite:") or "timeout=" in db_url:
         return db_url
     return db_url + ("&" if "?" in db_url else "?") + f"timeout={seconds}"
-
-
-def course_notebook(config, resources, kind: str) -> Path | None:
-    """The lab's "source" or "release" notebook in the course being graded, for the notebook
-    nbgrader is working on (its `resources`); None when it has none."""
-    from nbgrader.coursedir import CourseDirectory
-
-    info = resources.get("nbgrader", {}) if resources else {}
-    assignment, notebook = info.get("assignment"), info.get("notebook")
-    if not (assignment and notebook):
-        return None
-    coursedir = CourseDirectory(config=config)
-    folder = (Path(coursedir.root) / "source" / assignment if kind == "source" else
-              Path(coursedir.format_path(coursedir.release_directory, ".", assignment)))
-    path = folder / f"{notebook}.ipynb"
-    return path if path.exists() else None
 
 
 def quiet_gradebook() -> None:

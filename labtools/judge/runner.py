@@ -60,7 +60,7 @@ class Verdict:
     ename: str = ""
     evalue: str = ""
     details: list[str] = field(default_factory=list)
-    incident: str = ""  # set by the judge alone (labtools/incidents.py), never from what the student raised
+    incident: str = ""  # set by the judge alone (labtools/grade/incidents.py), never from what the student raised
 
     def outputs(self) -> list:
         import nbformat

@@ -6,5 +6,5 @@
 - cgroups.py: a control group per kernel (memory, processes and CPU of the whole tree).
 - manager.py: `LimitedKernelManager`, jupyter_client's kernel manager with both applied.
 
-It knows nothing of the judge; labtools/execute.py is where the two meet.
+It knows nothing of the judge; labtools/grade/steps/execute.py is where the two meet.
 """

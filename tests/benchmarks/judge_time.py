@@ -28,9 +28,9 @@ sys.path.insert(0, str(TESTS))
 from conftest import make_course, write_zip  # noqa: E402
 
 from labtools import nbcells  # noqa: E402
-from labtools.grading import grade  # noqa: E402
+from labtools.grade.run import grade  # noqa: E402
 from labtools.labs import get_lab  # noqa: E402
-from labtools.submissions import fill_release  # noqa: E402
+from labtools.build.submissions import fill_release  # noqa: E402
 
 
 def _class(lab, n: int) -> dict[str, str]:
@@ -42,7 +42,7 @@ def _class(lab, n: int) -> dict[str, str]:
 
 
 def _seconds(course: Path, lab, extra: list[str]) -> float:
-    from labtools.grading import RELEASE_DIR as release
+    from labtools.grade.run import RELEASE_DIR as release
 
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "nbgrader", "autograde", lab.lab_id, "--force", "--create",

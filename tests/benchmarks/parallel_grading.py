@@ -31,9 +31,9 @@ sys.path.insert(0, str(TESTS))
 from conftest import make_course, write_zip  # noqa: E402
 
 from labtools import nbcells  # noqa: E402
-from labtools.grading import grade  # noqa: E402
+from labtools.grade.run import grade  # noqa: E402
 from labtools.labs import get_lab  # noqa: E402
-from labtools.submissions import fill_release  # noqa: E402
+from labtools.build.submissions import fill_release  # noqa: E402
 
 LAB = get_lab("lab01_attention")
 
@@ -101,7 +101,7 @@ def main() -> None:
 
 def _release_of(course: Path) -> str:
     """The release folder the grade command generated."""
-    from labtools.grading import RELEASE_DIR
+    from labtools.grade.run import RELEASE_DIR
 
     return RELEASE_DIR
 
