@@ -49,8 +49,8 @@ def seed_everything(seed: int = 0) -> None:
 
 
 DEVICE = pick_device()
-# The labs' models are small, and even on a GPU their toy training runs on the CPU: one thread
-# avoids the overhead (and, on a machine running several notebooks, the contention) of many.
+# The labs' models are small: on the CPU, one thread avoids the overhead (and, on a machine running
+# several notebooks, the contention) of many. On a GPU the models and batches go to DEVICE.
 torch.set_num_threads(int(os.environ.get("LABS_THREADS", "1")))
 seed_everything(0)
 print(f"{lab_id}: running on {{'Colab' if IN_COLAB else 'a local machine'}}, "
