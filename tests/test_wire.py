@@ -164,6 +164,33 @@ def test_an_input_changed_in_place_is_reported():
     assert torch.equal(x, torch.ones(3)), "the caller's tensor is never the one the student changed"
 
 
+class _Silent(wire.Agent):
+    """An agent that says nothing about the arguments after a call, as one a submission had
+    tampered with might."""
+
+    def handle(self, message):
+        tree, tensors = wire.unpack(wire.Agent.handle(self, message))
+        tree.pop("after", None)
+        return wire.pack(tree, tensors)
+
+
+def test_the_caller_decides_whether_an_input_changed_and_a_silent_reply_fails_closed():
+    scale = lambda x: x.mul_(2)  # noqa: E731
+    many = wire.Student(wire.LocalChannel(wire.Agent({"scale": scale, "keep": lambda x: x + 1})))
+    calls = [((torch.ones(2),), {}), ((torch.zeros(2),), {}), ((torch.ones(3),), {})]
+    assert [t.tolist() for t in wire.call_many(many.keep, calls)] == [[2.0, 2.0], [1.0, 1.0], [2.0, 2.0, 2.0]]
+    # only the call that changed a non-zero tensor changed it: the first one is reported
+    with pytest.raises(wire.InputMutated, match=r"changed its argument 1 \(x\)"):
+        wire.call_many(many.scale, [((torch.zeros(2),), {}), ((torch.ones(2),), {})])
+    # an OrderedDict arrives as a dict: the same data, not a change
+    from collections import OrderedDict
+    batch = OrderedDict(a=torch.ones(1))
+    assert _student({"read": lambda b: float(b["a"].sum())}).read(batch) == 1.0
+    silent = wire.Student(wire.LocalChannel(_Silent({"keep": lambda x: x + 1})))
+    with pytest.raises(wire.WireError, match="after the call"):
+        silent.keep(torch.ones(2))
+
+
 def test_backward_runs_where_the_module_lives_and_returns_its_gradients():
     emb = torch.nn.Embedding(6, 2)
 

@@ -324,6 +324,7 @@ def unpack(message):
 
 
 _OPAQUE = object()  # a value _data_copy does not copy (a module, the student's own object)
+_CALLS = ("call", "call_many", "call_method")  # requests whose arguments must come back unchanged
 
 
 def _data_copy(value, depth=0):
@@ -339,6 +340,15 @@ def _data_copy(value, depth=0):
         copied = {key: _data_copy(item, depth + 1) for key, item in items}
         return _OPAQUE if any(c is _OPAQUE for c in copied.values()) else _Copied(type(value), copied)
     return _OPAQUE
+
+
+def _is_data(value, depth=0):
+    """Whether _data_copy would copy `value` (data, not a module or the student's object)."""
+    if isinstance(value, torch.Tensor) or value is None or isinstance(value, (str, bytes, int, float, bool)):
+        return True
+    if depth < 8 and isinstance(value, (list, tuple, dict)):
+        return all(_is_data(v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return False
 
 
 def _parameter(fn, index):
@@ -394,6 +404,7 @@ class Agent:
         self.namespace = namespace
         self.lab = lab
         self.objects = {}
+        self._after = []
 
     def _ref(self, value):
         ref_id = len(self.objects) + 1
@@ -411,11 +422,16 @@ class Agent:
 
     def handle(self, message):
         encoder = _Encoder(self._ref)
+        self._after = []
         try:
             tree, tensors = unpack(message)
             op = tree["op"]
             args = [_decode(a, tensors, self._resolve) for a in tree.get("args", [])]
             result = {"value": encoder.encode(getattr(self, f"_op_{op}")(*args))}
+            if op in _CALLS:
+                # what the arguments hold after the call, as data: the caller compares them with
+                # what it sent. Whether an input changed is decided there, never here.
+                result["after"] = encoder.encode(self._after)
         except WireError as exc:
             result = {"wire_error": str(exc)}
         except BaseException as exc:  # noqa: BLE001 - the student's code may raise anything
@@ -424,9 +440,7 @@ class Agent:
             encoder = _Encoder(self._ref)
             result = {"raised": {"type": type(exc).__name__, "message": str(exc)[:2000],
                                  "bases": [c.__name__ for c in type(exc).__mro__]}}
-        if getattr(self, "_mutated", None):
-            result["mutated"] = self._mutated
-        self._mutated = []
+        self._after = []
         return pack(result, encoder.tensors)
 
     def _op_get(self, name):
@@ -480,13 +494,11 @@ class Agent:
 
     def _op_call(self, fn, args, kwargs):
         values = list(args) + list(kwargs.values())
-        before = [(i, copied) for i, copied in enumerate(map(_data_copy, values)) if copied is not _OPAQUE]
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            names = [f"argument {i + 1}{_parameter(fn, i)}" for i in range(len(args))]
-            names += [f"argument {k!r}" for k in kwargs]
-            self._mutated = [names[i] for i, old in before if not _unchanged(old, values[i])]
+        result = fn(*args, **kwargs)
+        names = [f"argument {i + 1}{_parameter(fn, i)}" for i in range(len(args))]
+        names += [f"argument {k!r}" for k in kwargs]
+        self._after.append([[i, names[i], v] for i, v in enumerate(values) if _is_data(v)])
+        return result
 
     def _op_isinstance(self, obj, cls):
         if isinstance(cls, str):
@@ -556,22 +568,12 @@ class Agent:
         return returned, changed
 
     def _op_call_many(self, fn, calls):
-        """Call fn once per [args, kwargs] of `calls`, in order, in one request; return (the
-        results, the inputs the first call that changed one changed: [] when none did)."""
-        results = []
-        for args, kwargs in calls:
-            results.append(self._op_call(fn, args, kwargs))
-            if self._mutated:
-                break
-        mutated, self._mutated = getattr(self, "_mutated", None) or [], []
-        return results, mutated
+        """Call fn once per [args, kwargs] of `calls`, in order, in one request; the results."""
+        return [self._op_call(fn, args, kwargs) for args, kwargs in calls]
 
     def _op_call_method(self, obj, name, args, kwargs):
-        """obj.<name>(*args, **kwargs): the method looked up and called in one request; return
-        (the result, the inputs it changed: [] when none did)."""
-        result = self._op_call(getattr(obj, name), args, kwargs)
-        mutated, self._mutated = getattr(self, "_mutated", None) or [], []
-        return result, mutated
+        """obj.<name>(*args, **kwargs): the method looked up and called in one request."""
+        return self._op_call(getattr(obj, name), args, kwargs)
 
     @staticmethod
     def _at(obj, path):
@@ -605,6 +607,42 @@ class InputMutated(AssertionError):
     or a dict (labtools' own copy: the caller's value never changes)."""
 
 
+def _sent_values(op, args):
+    """For each call a request makes, the values of its arguments, in the order the Agent
+    reports them (positional, then keyword)."""
+    if op == "call":
+        return [list(args[1]) + list(args[2].values())]
+    if op == "call_many":
+        return [list(a) + list(k.values()) for a, k in args[1]]
+    return [list(args[2]) + list(args[3].values())]  # call_method
+
+
+def _changed_inputs(sent, after):
+    """The names of the arguments of the first call whose value after the call (`after`, as the
+    Agent sent it back) differs from what was sent; a reply that leaves one out is malformed."""
+    if not isinstance(after, list) or len(after) != len(sent):
+        raise WireError("malformed reply (the arguments after the call)")
+    for values, reported in zip(sent, after):
+        got = {}
+        for entry in reported if isinstance(reported, list) else [None]:
+            if not (isinstance(entry, list) and len(entry) == 3 and type(entry[0]) is int):
+                raise WireError("malformed reply (the arguments after the call)")
+            got[entry[0]] = entry[1:]
+        changed = []
+        for i, value in enumerate(values):
+            old = _data_copy(value)
+            if old is _OPAQUE:
+                continue
+            if i not in got:
+                raise WireError("malformed reply (an argument is missing after the call)")
+            name, now = got[i]
+            if not _unchanged(old, now):
+                changed.append(str(name)[:200])
+        if changed:
+            return changed
+    return []
+
+
 class Channel:
     """Sends requests to an Agent and decodes its replies; subclasses say how bytes travel."""
 
@@ -619,6 +657,9 @@ class Channel:
     def request(self, op, *args):
         encoder = _Encoder(lambda v: (_ for _ in ()).throw(WireError(f"cannot send a {type(v).__name__}")))
         tree = {"op": op, "args": [encoder.encode(a) for a in args]}
+        # the arguments as the other side receives them (an OrderedDict arrives as a dict)
+        sent = _sent_values(op, [_decode(a, encoder.tensors, self._make_ref) for a in tree["args"]]) \
+            if op in _CALLS else None
         reply_tree, tensors = unpack(self.transfer(pack(tree, encoder.tensors)))
         if not isinstance(reply_tree, dict):
             raise WireError("malformed reply")
@@ -628,17 +669,23 @@ class Channel:
             raised = reply_tree["raised"]
             raise _raised_type(raised.get("type", "Exception"), list(raised.get("bases", [])))(
                 str(raised.get("message", "")))
+        value = self._decode_reply(reply_tree.get("value"), tensors)
+        if sent is not None:
+            after = self._decode_reply(reply_tree.get("after"), tensors)
+            changed = _changed_inputs(sent, after)
+            if changed:
+                who = f"{name_of(args[0])}.{args[1]}" if op == "call_method" else name_of(args[0])
+                raise InputMutated(f"{who} changed its {', '.join(changed)} in place: "
+                                   "leave the inputs as they are (work on a copy, or use out-of-place operations)")
+        return value
+
+    def _decode_reply(self, tree, tensors):
         try:
-            value = _decode(reply_tree.get("value"), tensors, self._make_ref)
+            return _decode(tree, tensors, self._make_ref)
         except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as exc:
             if isinstance(exc, WireError):
                 raise
             raise WireError(f"malformed reply ({type(exc).__name__})") from None
-        mutated = reply_tree.get("mutated")
-        if mutated and op == "call":
-            raise InputMutated(f"{name_of(args[0])} changed its {', '.join(map(str, mutated))} in place: "
-                               "leave the inputs as they are (work on a copy, or use out-of-place operations)")
-        return value
 
     def _make_ref(self, tree):
         name = tree.get("name")
@@ -754,22 +801,14 @@ def fill_results(fn, args=(), kwargs=None, value=-1):
 def call_many(fn, calls):
     """Call the student's `fn` once per (args, kwargs) of `calls`, in order, in one request (many
     small calls cost one round trip); the list of results. Raises InputMutated as `fn(...)` would."""
-    results, mutated = fn._channel.request("call_many", fn, [[list(a), dict(k or {})] for a, k in calls])
-    if mutated:
-        raise InputMutated(f"{name_of(fn)} changed its {', '.join(map(str, mutated))} in place: "
-                           "leave the inputs as they are (work on a copy, or use out-of-place operations)")
-    return results
+    return fn._channel.request("call_many", fn, [[list(a), dict(k or {})] for a, k in calls])
 
 
 def call_method(obj, name, *args, **kwargs):
     """`obj.name(*args, **kwargs)` for a student's object, in one round trip instead of two (the
     attribute, then the call): e.g. call_method(module, "load_state_dict", state, strict=False).
     Raises InputMutated as obj.name(...) would."""
-    result, mutated = obj._channel.request("call_method", obj, str(name), list(args), dict(kwargs))
-    if mutated:
-        raise InputMutated(f"{name_of(obj)}.{name} changed its {', '.join(map(str, mutated))} in place: "
-                           "leave the inputs as they are (work on a copy, or use out-of-place operations)")
-    return result
+    return obj._channel.request("call_method", obj, str(name), list(args), dict(kwargs))
 
 
 def type_name(obj):
