@@ -52,13 +52,12 @@ def cmd_check(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    from .grade.run import grade
+    from .grade.run import GradeOptions, grade
 
-    report = grade(args.lab, Path(args.submissions), course_dir=Path(args.course_dir),
-                   db_url=args.db, out_dir=Path(args.out) if args.out else None,
-                   student_pattern=args.student_pattern, hide_hidden_tests=not args.show_hidden_tests,
-                   workers=args.workers, scheduler=args.scheduler, regrade=args.regrade,
-                   roster=Path(args.roster) if args.roster else None)
+    report = grade(args.lab, Path(args.submissions), course_dir=Path(args.course_dir), options=GradeOptions(
+        db_url=args.db, out_dir=args.out, student_pattern=args.student_pattern,
+        hide_hidden_tests=not args.show_hidden_tests, workers=args.workers, scheduler=args.scheduler,
+        regrade=args.regrade, roster=args.roster))
     print(f"\n{report.table()}\n")
     print(f"Grades CSV: {report.csv_path}")
     print(f"Feedback (one HTML per student): {report.feedback_dir}")

@@ -355,6 +355,20 @@ def test_none_is_silent_and_runs_the_kernel_unsandboxed(tmp_path, monkeypatch, c
     assert km.transport == "tcp"
 
 
+@pytest.mark.parametrize("part", ["sandbox", "cgroups"])
+def test_both_parts_follow_one_rule_for_auto_require_and_none(part, monkeypatch):
+    from labtools.sandbox import bwrap, cgroups, policy
+
+    module = bwrap if part == "sandbox" else cgroups
+    ask = lambda mode: policy.required(mode, module.MODES, module.REQUIRE_ENV, part)  # noqa: E731
+    for flag, auto in [("", False), ("0", False), ("1", True), ("yes", True)]:
+        monkeypatch.setenv(module.REQUIRE_ENV, flag)
+        assert ask("auto") is auto and ask(None) is auto and ask("AUTO") is auto
+        assert ask("require") is True and ask("none") is None  # 'none' stays off even where CI requires
+    with pytest.raises(ValueError, match=f"{part} must be one of"):
+        ask("sometimes")
+
+
 def test_a_bad_setting_is_named():
     with pytest.raises(ValueError, match="sandbox must be one of"):
         sandbox.resolve_sandbox("docker")

@@ -122,8 +122,9 @@ def dask_client(settings: GradeCluster, log=print):
             yield client
         return
     n = settings.workers or default_workers()
-    dashboard = ":0" if importlib.util.find_spec("bokeh") else None
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=dashboard,
+    # the scheduler serves HTTP (health checks) with or without bokeh: always on a free port,
+    # never on 8787, where a second class graded at once would print "Port 8787 is already in use"
+    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
                       silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
         log(f"  local Dask cluster: {n} worker process(es)" + _dashboard(client))
         yield client

@@ -113,6 +113,9 @@ def _stage_input(submissions: Path, archive: Path) -> set[str]:
 
 @dataclass
 class GradeOptions:
+    """The settings of one grade run (the grade command's options); nbgrader's and the
+    sandbox's settings stay in the course's nbgrader_config.py."""
+
     db_url: str | None = None
     out_dir: Path | None = None
     student_pattern: str | None = None
@@ -122,6 +125,10 @@ class GradeOptions:
     scheduler: str | None = None  # a Dask scheduler's address; None: nbgrader_config.py, else a local cluster
     regrade: bool = False  # grade again submissions already graded from the same file
     roster: Path | None = None  # the LMS's gradebook export: its students without a submission go in the report
+
+    def __post_init__(self):
+        self.out_dir = Path(self.out_dir) if self.out_dir else None
+        self.roster = Path(self.roster) if self.roster else None
 
 
 class GradeRun:
@@ -440,18 +447,21 @@ def _mark(job) -> dict:
             "timestamp": job.timestamp}
 
 
-def grade(lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT, db_url: str | None = None,
-          out_dir: Path | None = None, student_pattern: str | None = None,
-          hide_progress: bool = False, hide_hidden_tests: bool = True, workers: int = 0,
-          scheduler: str | None = None, regrade: bool = False, roster: Path | None = None,
-          log=print) -> GradeReport:
-    """Grade a class: collect, autograde on a Dask cluster, feedback, export."""
+def grade(lab_id: str, submissions: Path, course_dir: Path = REPO_ROOT, options: GradeOptions | None = None,
+          log=print, **settings) -> GradeReport:
+    """Grade a class: collect, autograde on a Dask cluster, feedback, export.
+
+    The run's settings are GradeOptions' fields, given as `options` or by name
+    (`grade("lab01_attention", zip, workers=2)`): one list of them, in GradeOptions."""
+    from dataclasses import fields, replace
+
     from .cluster import ClusterUnavailable, dask_client
 
-    run = GradeRun(lab_id, submissions, course_dir, GradeOptions(
-        db_url=db_url, out_dir=out_dir, student_pattern=student_pattern, hide_progress=hide_progress,
-        hide_hidden_tests=hide_hidden_tests, workers=workers, scheduler=scheduler, regrade=regrade,
-        roster=Path(roster) if roster else None), log=log)
+    unknown = sorted(set(settings) - {f.name for f in fields(GradeOptions)})
+    if unknown:
+        raise TypeError(f"grade() has no setting {', '.join(unknown)}: see GradeOptions for the settings")
+    options = replace(options or GradeOptions(), **settings)
+    run = GradeRun(lab_id, submissions, course_dir, options, log=log)
     run.check_sandbox()
     run.check_roster()
     try:

@@ -38,6 +38,8 @@ import tempfile
 import weakref
 from pathlib import Path
 
+from . import policy
+
 log = logging.getLogger(__name__)
 
 MODES = ("auto", "require", "bwrap", "none")
@@ -194,12 +196,10 @@ def resolve_sandbox(mode: str) -> str | None:
     "none": None, silently. "require" (or "bwrap"): bwrap, or SandboxUnavailable.
     "auto": bwrap when it is installed and works here, else None with a loud warning;
     like "require" when the environment variable LABS_REQUIRE_SANDBOX is 1."""
-    mode = (mode or "auto").lower()
-    if mode not in MODES:
-        raise ValueError(f"LimitedKernelManager.sandbox must be one of {', '.join(MODES)}, not {mode!r}")
-    if mode == "none":
+    required = policy.required(mode, MODES, REQUIRE_ENV, "LimitedKernelManager.sandbox")
+    if required is None:
         return None
-    required = mode in ("require", "bwrap") or os.environ.get(REQUIRE_ENV, "").strip() not in ("", "0")
+    mode = (mode or "auto").lower()
     if not sys.platform.startswith("linux"):
         reason = f"the sandbox (bubblewrap) needs Linux, and this is {sys.platform}"
         if required:

@@ -27,6 +27,8 @@ import signal
 import time
 from pathlib import Path
 
+from . import policy
+
 ROOT = Path("/sys/fs/cgroup")
 
 
@@ -44,14 +46,13 @@ _warned: set[str] = set()
 def resolve(mode: str, log=None) -> bool:
     """Whether kernels get a control group: probe once; "auto" warns loudly when it
     cannot (once per process), "require" (or LABS_REQUIRE_CGROUP=1) raises."""
-    if mode not in MODES:
-        raise ValueError(f"c.LimitedKernelManager.cgroup must be one of {', '.join(MODES)}, not {mode!r}")
-    if mode == "none":
+    required = policy.required(mode, MODES, REQUIRE_ENV, "c.LimitedKernelManager.cgroup")
+    if required is None:
         return False
     problem = _probe(ROOT)  # once per process and root, not once per kernel manager
     if problem is None:
         return True
-    if mode == "require" or os.environ.get(REQUIRE_ENV) == "1":
+    if required:
         raise GroupUnavailable(problem)
     if problem not in _warned:
         _warned.add(problem)
