@@ -18,7 +18,8 @@ from labtools.labs import REPO_ROOT, built_labs
 # Modules whose tests need no kernel, no nbgrader run and no cluster: together they run in
 # well under a minute (`python3 course.py test -m "not slow"`). Every other test is marked slow.
 FAST_MODULES = {"test_wire", "test_nbcells", "test_collect", "test_sanitize", "test_tampering", "test_source_rules", "test_reader",
-                "test_cluster", "test_gradebook_schema", "test_lms", "test_similarity", "test_report", "test_pretrained"}  # test_report marks its own slow tests
+                "test_cluster", "test_gradebook_schema", "test_lms", "test_similarity", "test_report", "test_pretrained",
+                "test_requirements"}  # test_report marks its own slow tests
 
 
 # How the suite is spread over xdist workers (CI: `-n 2 --dist loadscope --no-loadscope-reorder`).
@@ -51,6 +52,20 @@ def xdist_group(nodeid: str) -> str:
         return f"{module}[{exercise.group(1)}]"
     lab = re.search(r"\[(lab\d\d_[a-z0-9]+)", nodeid)
     return f"{module}[{lab.group(1)}]" if module in SPLIT_BY_LAB and lab else module
+
+
+_STARTED = __import__("time").time()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Each lab's wall time in the Colab replica (tests/test_colab_like.py), when it ran in this session."""
+    folder = REPO_ROOT / ".venv-colab" / "wall-times"
+    files = sorted(folder.glob("*.txt")) if folder.is_dir() else []
+    fresh = [f for f in files if f.stat().st_mtime >= _STARTED]
+    if any(f.stem.startswith("lab") for f in fresh):
+        terminalreporter.section("labs in the Colab replica")
+        for f in fresh:
+            terminalreporter.write_line(f"{f.stem}: {f.read_text()}")
 
 
 def pytest_collection_modifyitems(config, items):
