@@ -65,3 +65,41 @@ def test_renderer_filter_keeps_lab_markup_and_drops_scripts():
         assert kept in html
     for gone in ("<script", "onclick", "javascript:", "svg+xml"):
         assert gone not in html
+
+
+def test_the_feedback_page_is_nbconverts_without_its_second_parse():
+    """Issue 32: SafeFeedbackExporter renders the page once and adds alt text and tabindex itself
+    instead of re-parsing the whole page with BeautifulSoup; parsed, the two pages are the same."""
+    import copy
+
+    from bs4 import BeautifulSoup
+    from nbconvert.exporters import HTMLExporter
+
+    from labtools.grade.steps.sanitize import SafeFeedbackExporter
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Lab\n\n![](data:image/png;base64," + PNG + ")\n\n"
+                                      '<img src="data:image/png;base64,' + PNG + '" alt="a schematic">\n\n'
+                                      '<div class="jp-OutputArea-output-note">not a cell</div>'),
+        nbformat.v4.new_code_cell("print(1)", outputs=[
+            nbformat.v4.new_output("stream", name="stdout", text="1\n"),
+            nbformat.v4.new_output("display_data", data={"image/png": PNG, "text/plain": "<Figure>"})]),
+        nbformat.v4.new_code_cell("1 / 0", outputs=[
+            nbformat.v4.new_output("error", ename="ZeroDivisionError", evalue="division by zero", traceback=[])]),
+    ]
+    ours = SafeFeedbackExporter()
+    theirs = SafeFeedbackExporter()
+    theirs._render = lambda nb, resources=None, **kw: HTMLExporter.from_notebook_node(theirs, nb, resources, **kw)
+    page, _ = ours.from_notebook_node(copy.deepcopy(nb))
+    expected, _ = theirs.from_notebook_node(copy.deepcopy(nb))
+    parsed = lambda html: str(BeautifulSoup(html, features="html.parser"))  # noqa: E731
+    assert parsed(page) == parsed(expected)
+    soup = BeautifulSoup(page, features="html.parser")
+    assert all(img.has_attr("alt") for img in soup.find_all("img"))
+    assert len(soup.find_all("img", alt="No description has been provided for this image")) == 1  # the figure
+    assert soup.find("img", alt="a schematic") is not None, "an image's own alt text is kept"
+    focusable = soup.select(".jp-Notebook div.jp-Cell-inputWrapper") + soup.select(".jp-Notebook div.jp-OutputArea-output")
+    assert len(focusable) >= 5 and all(div.get("tabindex") == "0" for div in focusable)
+    assert "tabindex" not in str(soup.find("div", class_="jp-OutputArea-output-note")), "whole class names only"
+    assert page.count("Content-Security-Policy") == 1
