@@ -169,6 +169,7 @@ def test_selfstudy_runs_top_to_bottom_in_the_colab_replica(lab, colab_kernel, hu
     assert _errors(done) == []
     printed = _printed(done)
     assert f"{lab.lab_id}: running on Colab" in printed, "the setup cell did not take its Colab branches"
+    assert f"fast mode = {not full}" in printed
     if lab.lab_id == "lab06_t5":
         assert "Path: ONLINE" in printed, "lab 6 did not take its online path against the stand-ins"
     TIMES.mkdir(parents=True, exist_ok=True)

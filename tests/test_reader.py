@@ -72,6 +72,19 @@ def test_forbidden_calls_are_found_wherever_they_are_bound(name, source):
     assert forbidden_calls([PRELUDE, source], "softmax", SOFTMAX), name
 
 
+def test_another_name_of_the_same_library_function_is_the_same_target():
+    """torch.nn.MultiheadAttention is defined in torch.nn.modules.activation: imported from there,
+    it is the same class, and a rule that names one names the other. Names of other objects pass."""
+    rule = ["torch.nn.MultiheadAttention", "torch.nn.functional.scaled_dot_product_attention"]
+    other_path = ("from torch.nn.modules.activation import MultiheadAttention as M\n"
+                  "def attend(q, k, v):\n    return M(4, 1)(q, k, v)[0]")
+    assert forbidden_calls([PRELUDE, other_path], "attend", rule) == [
+        "torch.nn.modules.activation.MultiheadAttention in attend"]
+    honest = ("from torch.nn.modules.linear import Linear\n"
+              "def attend(q, k, v):\n    w = (q @ k.mT).softmax(-1)\n    return Linear(4, 4)(w @ v)")
+    assert forbidden_calls([PRELUDE, honest], "attend", rule) == []
+
+
 @pytest.mark.parametrize("name, source", [
     ("a loop over model.modules()", "def count(model):\n    n = 0\n    for m in model.modules():\n"
                                     "        if isinstance(m, nn.Linear):\n            n += 1\n    return n"),

@@ -26,6 +26,8 @@ listed, with its line and the reason, and the judge sends the notebook to review
 """
 
 import ast
+import functools
+import inspect
 
 # -- reading cells -----------------------------------------------------------------------
 
@@ -519,8 +521,53 @@ def forbidden_calls(sources, entry, targets, exists=None):
 
 
 def _matches(path, full):
-    """A path is a target, or inside one (`transformers.generation.utils` is in `transformers.generation`)."""
-    return any(path == t or path.startswith(t + ".") for t in full)
+    """A path is a target, or inside one (`transformers.generation.utils` is in `transformers.generation`),
+    or another name of the same function or class (`torch.nn.modules.activation.MultiheadAttention` is
+    `torch.nn.MultiheadAttention`)."""
+    if any(path == t or path.startswith(t + ".") for t in full):
+        return True
+    named = _library_object(path)
+    if named is None:
+        return False
+    home = getattr(named, "__name__", "") if inspect.ismodule(named) else getattr(named, "__module__", None) or ""
+    for t in full:
+        target = _library_object(t)
+        if target is named:
+            return True
+        # a re-export of something a target module defines (`transformers.TextGenerationPipeline` is
+        # defined in transformers.pipelines)
+        if inspect.ismodule(target) and isinstance(home, str) and (home == target.__name__
+                                                                  or home.startswith(target.__name__ + ".")):
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _library_object(path):
+    """The function, class or module a dotted path names in a library this process has already
+    imported, or None. Nothing is imported by name here; a library's own lazy attribute (a module
+    __getattr__, as transformers has) is asked only for names a module does not hold yet."""
+    import sys
+
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        obj = sys.modules.get(".".join(parts[:i]))
+        if obj is not None:
+            break
+    else:
+        return None
+    for name in parts[i:]:
+        try:
+            obj = inspect.getattr_static(obj, name)
+        except AttributeError:
+            if not inspect.ismodule(obj) or name.startswith("_"):
+                return None
+            try:  # transformers' lazy module: the name is real, its module not yet imported
+                obj = getattr(obj, name)
+            except Exception:  # noqa: BLE001 - a library's lazy import can fail in any way
+                return None
+    obj = getattr(obj, "__func__", obj)  # a staticmethod or classmethod seen statically
+    return obj if callable(obj) or inspect.ismodule(obj) else None
 
 
 def _called(attribute, root):
@@ -589,7 +636,13 @@ DUNDERS_OK = {"__init__", "__name__", "__qualname__", "__doc__", "__class__", "_
 TORCH_HOOKS = {"__torch_function__", "__torch_dispatch__"}
 # Measurements the labs' tests take in the kernel (lab 4's stand-in model, lab 6's grad-mode watch)
 INSTRUMENT_NAMES = {"grad_mode_calls", "watch_grad_mode"}
-INSTRUMENT_ATTRS = INSTRUMENT_NAMES | {"grad_enabled", "encode_calls", "seen_shapes", "seen_modes"}
+INSTRUMENT_ATTRS = INSTRUMENT_NAMES | {"grad_enabled", "encode_calls", "seen_shapes", "seen_modes",
+                                       # what lab 5's stand-in model would answer (the tests' expectation)
+                                       "favourite",
+                                       # torch's hooks on a module: the tests' watches live there
+                                       "_forward_pre_hooks", "_forward_hooks", "_backward_hooks", "_backward_pre_hooks",
+                                       "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs",
+                                       "_forward_hooks_always_called", "_global_forward_hooks"}
 
 
 def _module_allowed(name):
@@ -781,7 +834,7 @@ def _read_node(node, scope, names, own, where, out, tree):
             out.add(f".{attr} (the interpreter's or the kernel's internals)", where, node)
         elif attr in INSTRUMENT_ATTRS:
             out.add(f".{attr} (a test's measurement)", where, node)
-        elif attr.startswith("_") and not dunder and attr not in own \
+        elif attr.startswith("_") and not dunder and (attr not in own or names.paths(node.value, scope)) \
                 and not (isinstance(node.value, ast.Name) and node.value.id == _method_self(scope)) \
                 and "os._exit" not in names.paths(node, scope):  # it only ends the kernel, which the grader survives
             out.add(f".{attr} (a private attribute of an object this notebook did not define)", where, node)

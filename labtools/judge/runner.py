@@ -26,7 +26,7 @@ import traceback
 from dataclasses import dataclass, field
 
 from .. import nbcells
-from . import reader, wire
+from . import copies, reader, wire
 from .embed import HANDLE_GRADE_ID
 from .kernel_channel import JudgeTimeout
 
@@ -124,6 +124,9 @@ def needs_review(source_nb, submission_cells) -> list[str]:
         text = lines[int(line) - 1].strip() if line.isdigit() and 0 < int(line) <= len(lines) else None
         if text not in lab_lines or finding.startswith(("rebinds ", "changes ")):
             found.append(finding)
+    library = list((source_nb.metadata.get("labtools") or {}).get("pasted_from") or [])
+    if library:
+        found += copies.pasted([(where, source) for where, source, students in cells if students], library)
     return found
 
 
