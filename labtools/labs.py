@@ -50,7 +50,7 @@ class Lab:
         )
 
 
-# All six labs of the curriculum, in order. A lab is built only once its source exists.
+# All seven labs of the curriculum, in order. A lab is built only once its source exists.
 CURRICULUM = [
     Lab("lab01_attention", "From RNN attention to scaled dot-product attention"),
     Lab("lab02_multihead", "Multi-head attention",
@@ -64,6 +64,8 @@ CURRICULUM = [
         {"rouge_score": "rouge-score", "sentencepiece": "sentencepiece"},
         # Part 13 (the Hugging Face stack: datasets.map, Seq2SeqTrainer, which runs on accelerate)
         optional_packages={"datasets": "datasets", "accelerate": "accelerate"}),
+    Lab("lab07_inference", "A Transformer that serves: KV cache, grouped-query attention, tiled attention, "
+        "long contexts and int8 weights"),
 ]
 
 LABS_BY_ID = {lab.lab_id: lab for lab in CURRICULUM}

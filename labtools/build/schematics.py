@@ -208,6 +208,72 @@ def t5_finetuning():
 
 
 # lab id -> (the heading its schematic follows, drawing, caption)
+def inference():
+    fig, ax = _figure(12, 3.2)
+    ax.text(3.4, 3.05, "one decode step with a KV cache (one layer)", ha="center", fontsize=9, weight="bold")
+    tok = _box(ax, 0.7, 2.1, "new token\n(B, 1)", "data")
+    proj = _box(ax, 2.3, 2.1, "W_Q, W_K, W_V\nof 1 position", "learned")
+    cache = _box(ax, 2.3, 0.7, "cache: K, V of the\nt positions read so far\n(B, G, t, d_k)", "data", 8.5)
+    cat = _box(ax, 4.3, 1.4, "append: K, V\n(B, G, t+1, d_k)")
+    att = _box(ax, 6.1, 2.1, "1 query attends\nto t+1 keys")
+    out = _box(ax, 6.1, 0.7, "W_O, FFN of\n1 position", "learned")
+    _arrow(ax, tok, proj)
+    _arrow(ax, proj, att, "q")
+    _arrow(ax, proj, cat, "k, v")
+    _arrow(ax, cache, cat)
+    _arrow(ax, cat, att)
+    _arrow(ax, att, out)
+    ax.plot([7.35, 7.35], [0.2, 3.0], color="#bbbbbb", lw=1)
+    ax.text(9.7, 3.05, "grouped-query attention: what the cache keeps", ha="center", fontsize=9, weight="bold")
+    for row, (name, groups) in enumerate([("MHA  (G = H)", [[0], [1], [2], [3]]), ("GQA  (G = 2)", [[0, 1], [2, 3]]),
+                                          ("MQA  (G = 1)", [[0, 1, 2, 3]])]):
+        y = 2.35 - row * 0.85
+        ax.text(7.55, y, name, ha="left", va="center", fontsize=8.5)
+        for h in range(4):
+            ax.text(9.0 + 0.42 * h, y + 0.2, f"q{h}", ha="center", va="center", fontsize=7.5,
+                    bbox={"boxstyle": "round,pad=0.2", "facecolor": "#e8f1fb", "edgecolor": "#777777"})
+        for g, members in enumerate(groups):
+            centre = 9.0 + 0.42 * (members[0] + members[-1]) / 2
+            ax.text(centre, y - 0.2, f"kv{g}", ha="center", va="center", fontsize=7.5,
+                    bbox={"boxstyle": "round,pad=0.2", "facecolor": "#e3f4e1", "edgecolor": "#777777"})
+        ax.text(11.0, y, f"{len(groups)} kv head{'s' if len(groups) > 1 else ''}\nper token", ha="left", va="center",
+                fontsize=8)
+    ax.text(6.0, 0.0, "The cache turns each step's work over all t positions into work on one; GQA divides the cache by H/G.",
+            ha="center", fontsize=8.5, style="italic")
+    return fig
+
+
+def insert(path, heading="## Part 2 · The KV cache",
+           caption="One decode step with a KV cache, and what grouped-query attention shares."):
+    import base64
+    import io
+
+    import matplotlib.pyplot as plt
+    import nbformat
+
+    from labtools.build import schematics
+
+    fig = inference()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    nb = nbformat.read(path, as_version=4)
+    cell = schematics.schematic_cell(nb)
+    if cell is None:
+        index = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith(heading))
+        cell = nbformat.v4.new_markdown_cell()
+        nb.cells.insert(index + 1, cell)
+    cell.source = f"![{caption}](data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()})\n\n*{caption}*"
+    cell.metadata.setdefault("labtools", {})["schematic"] = True
+    nbformat.write(nb, path)
+    return len(buffer.getvalue())
+
+
+if __name__ == "__main__":
+    import sys
+    print(insert(sys.argv[1]), "bytes")
+
+
 SCHEMATICS = {
     "lab01_attention": ("## Part 4 · Scaled dot-product attention", attention,
                         "Scaled dot-product attention, the operation you write in this part."),
@@ -221,6 +287,8 @@ SCHEMATICS = {
                        "Three families of Transformers: the same block, other masks and objectives."),
     "lab06_t5": ("## Part 1 · T5: every task is text to text", t5_finetuning,
                  "Fine-tuning T5 for summarization, as this lab does it."),
+    "lab07_inference": ("## Part 2 · The KV cache", inference,
+                        "One decode step with a KV cache, and what grouped-query attention shares."),
 }
 
 
