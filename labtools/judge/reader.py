@@ -248,6 +248,8 @@ class Names:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.expr):
                 self._expression(child, scope)
+            elif isinstance(child, ast.keyword):
+                self._expression(child.value, scope)
 
     def _target(self, target, value, scope, top, node, iterated=False, entered=False, walrus=False):
         if isinstance(target, ast.Name):
@@ -487,6 +489,8 @@ def forbidden_calls(sources, entry, targets, exists=None):
                 for p in [v[1] for v in held if v[0] == "path"]:
                     if _matches(p, full):
                         found.append(f"{p} {where}")
+                    elif p.rsplit(".", 1)[-1] in leaves and not p.startswith("builtins."):
+                        found.append(f".{p.rsplit('.', 1)[-1]} {where}")
                     elif p.startswith("builtins.") and p[9:] in _DYNAMIC_CALLS | {"__builtins__"} \
                             and not (p[9:] == "getattr" and _called(sub, node)):  # getattr(x, "name"): below
                         called = "(...)" if _called(sub, node) else ""
@@ -507,7 +511,11 @@ def forbidden_calls(sources, entry, targets, exists=None):
                     for p in resolved:
                         if exists(p) is False:
                             found.append(f"{p} {where} (the library has no such attribute: a patch?)")
-            elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+            if isinstance(sub, ast.Call):
+                for keyword in sub.keywords:
+                    if keyword.arg in leaves:
+                        found.append(f"{keyword.arg}= {where}")
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
                 if sub.func.attr in _DYNAMIC_CALLS and any(
                         p.startswith(("builtins.", "importlib.", "operator.")) for p in names.paths(sub.func, at)) \
                         or sub.func.attr in ("import_module", "attrgetter", "methodcaller", "__import__"):
