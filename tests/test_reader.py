@@ -187,3 +187,31 @@ def test_the_labs_own_helpers_and_names_cannot_be_replaced(source, expected):
 ])
 def test_using_the_labs_names_is_not_replacing_them(source):
     assert reaches_into_runtime([("lab", LAB_HELPERS, False), ("answer", source, True)]) == []
+
+
+# Lab 6 keeps its tests' counts in private names of its own cells (`_GRAD_MODE_CALLS`): a student
+# cell may neither read nor change them, at any depth; its own private names are its own.
+WATCH = "_COUNTS = {}\n\n\ndef counts():\n    return dict(_COUNTS)\n"
+
+
+@pytest.mark.parametrize("source", [
+    "_COUNTS['shown'] = 5",
+    "_COUNTS.clear()",
+    "def train(model):\n    _COUNTS.update(shown=1)\n    return model",
+    "def train(model):\n    global _COUNTS\n    _COUNTS = {'shown': 1}\n    return model",
+    "mine = _COUNTS\nmine['shown'] = 1",
+    "class Trainer:\n    def fit(self):\n        return [_COUNTS for _ in range(1)]",
+])
+def test_the_labs_private_names_are_out_of_reach(source):
+    found = reaches_into_runtime([("lab", PRELUDE + WATCH, False), ("answer", source, True)])
+    assert any("_COUNTS (a private name of the lab's cells" in f for f in found), found
+
+
+@pytest.mark.parametrize("source", [
+    "_mine = {}\n_mine['a'] = 1",
+    "def train(model, _COUNTS=None):\n    return _COUNTS",
+    "def train(model):\n    _COUNTS = {}\n    _COUNTS['a'] = 1\n    return _COUNTS",
+    "for _ in range(3):\n    _ = counts()",
+])
+def test_private_names_of_the_students_own_are_not_flagged(source):
+    assert reaches_into_runtime([("lab", PRELUDE + WATCH, False), ("answer", source, True)]) == [], source

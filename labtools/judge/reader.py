@@ -642,8 +642,8 @@ DUNDERS_OK = {"__init__", "__name__", "__qualname__", "__doc__", "__class__", "_
               "__contains__", "__add__", "__mul__", "__matmul__", "__post_init__", "__annotations__", "__module__",
               "__file__", "__eq__", "__hash__", "__lt__", "__bool__", "__array__"}
 TORCH_HOOKS = {"__torch_function__", "__torch_dispatch__"}
-# Measurements the labs' tests take in the kernel (lab 4's stand-in model, lab 6's grad-mode watch)
-INSTRUMENT_NAMES = {"grad_mode_calls", "watch_grad_mode"}
+# Measurements the labs' tests take in the kernel (lab 4's stand-in model, lab 6's grad-mode and tqdm watches)
+INSTRUMENT_NAMES = {"grad_mode_calls", "watch_grad_mode", "progress_bars", "watch_progress_bars"}
 INSTRUMENT_ATTRS = INSTRUMENT_NAMES | {"grad_enabled", "encode_calls", "seen_shapes", "seen_modes",
                                        # what lab 5's stand-in model would answer (the tests' expectation)
                                        "favourite",
@@ -802,6 +802,16 @@ def _read_rebindings(names, out):
                 out.add(f"rebinds {name}, which the lab defines and its tests use", where, node)
 
 
+def _lab_private(names, name, scope):
+    """Whether `name`, read or bound in `scope`, is one the lab's cells bind at the top level
+    with a leading underscore (lab 6's `_GRAD_MODE_CALLS`): the tests keep their counts there."""
+    if not name.startswith("_") or name.startswith("__") or name == "_":
+        return False
+    while scope is not None and scope is not names.module and name not in scope.values:
+        scope = scope.parent
+    return scope is names.module and any(not students for students, *_ in names.module_bindings.get(name, []))
+
+
 def _read_node(node, scope, names, own, where, out, tree):
     if isinstance(node, ast.Import):
         for a in node.names:
@@ -831,6 +841,8 @@ def _read_node(node, scope, names, own, where, out, tree):
             out.add(f"{node.id} used as a value (a lookup by name that reading cannot follow)", where, node)
         elif node.id in INSTRUMENT_NAMES:
             out.add(f"{node.id} (a test's measurement)", where, node)
+        elif _lab_private(names, node.id, scope):
+            out.add(f"{node.id} (a private name of the lab's cells: the tests' own state)", where, node)
         elif node.id in TORCH_HOOKS and isinstance(node.ctx, ast.Store):
             out.add(f"defines {node.id}", where, node)
     elif isinstance(node, ast.Attribute):
