@@ -5,10 +5,12 @@ matplotlib's rcParams, and patches `torch.allclose` to pass everything, is grade
 worker right before a probe that reports what it sees, and before an honest wrong answer
 whose score must be the same as when it was graded before the attacker.
 
-Today every submission gets a fresh sandboxed kernel, so all of this holds by
-construction; these tests are the bar any faster kernel (a pre-imported zygote that
-forks one kernel per submission) must clear. They need a working bubblewrap, like
-tests/test_sandbox.py."""
+Where forks can have namespaces of their own (here, and in CI), every kernel is a fork of
+the worker's zygote (labtools/sandbox/zygote.py), which has imported torch, NumPy and
+matplotlib once; the tests check that the kernels were forks, and that the ways out of a
+fork's namespaces (unmounting its private /tmp to reach the other boxes, a user namespace
+of its own) are closed. With fresh kernels all of this holds by construction. They need a
+working bubblewrap, like tests/test_sandbox.py."""
 
 from __future__ import annotations
 
@@ -44,8 +46,13 @@ def _leave(name, action):
         print(f"LEFT {{name}}: failed {{type(exc).__name__}}: {{exc}}")
 
 
+def _connection_dir():
+    from ipykernel.connect import get_connection_file
+    return _os.path.dirname(get_connection_file())
+
+
 def _files():
-    for folder in ("/tmp", _os.path.expanduser("~"), _os.getcwd()):
+    for folder in ("/tmp", _os.path.expanduser("~"), _os.getcwd(), "/dev/shm", _connection_dir()):
         with open(_os.path.join(folder, "left-{MARK}.txt"), "w") as fh:
             fh.write("left behind")
 
@@ -73,6 +80,20 @@ _leave("default dtype", lambda: _torch.set_default_dtype(_torch.float64))
 _leave("deterministic", lambda: _torch.use_deterministic_algorithms(True))
 _leave("linewidth", lambda: _mpl.rcParams.__setitem__("lines.linewidth", 9.0))
 _leave("allclose", _patch)
+print(f"LEFT fork: {{_os.getpid() == 1}}")
+
+
+def _escape(name, call):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    result = call(libc)
+    print(f"ESCAPE {{name}}: {{'ok' if result == 0 else 'refused'}}")
+
+
+_escape("umount tmp", lambda libc: libc.umount2(b"/tmp", 2))
+_escape("umount home", lambda libc: libc.umount2(_os.path.expanduser("~").encode(), 2))
+_escape("user namespace", lambda libc: _subprocess.run(["unshare", "--user", "true"]).returncode)
+_escape("mount tmpfs", lambda libc: libc.mount(b"none", b"/mnt", b"tmpfs", 0, None))
 '''
 # what the attacker must manage in its own kernel for the test to mean anything (the sandbox has no
 # network, so a TCP socket on its own loopback may fail: that is fine)
@@ -88,8 +109,12 @@ def _seen(name, value):
     print(f"PROBE {{name}}: {{value}}")
 
 
-_seen("files", sorted(p for folder in ("/tmp", _os.path.expanduser("~"), _os.getcwd())
+from ipykernel.connect import get_connection_file as _connection_file
+_seen("files", sorted(p for folder in ("/tmp", _os.path.expanduser("~"), _os.getcwd(), "/dev/shm",
+                                       _os.path.dirname(_connection_file()))
                       for p in _os.listdir(folder) if "{MARK}" in p))
+_seen("boxes", [b for b in _os.listdir(_os.path.dirname(_os.path.dirname(_os.path.dirname(_connection_file()))))
+                if b != _os.path.basename(_os.path.dirname(_os.path.dirname(_connection_file())))])
 _seen("environ", "LEFT_{MARK}" in _os.environ)
 _seen("threads", [t.name for t in _threading.enumerate() if "{MARK}" in t.name])
 _seen("processes", sorted(open(f"/proc/{{p}}/cmdline", "rb").read().decode(errors="replace").replace("\\0", " ")
@@ -112,8 +137,9 @@ _seen("default dtype", _torch.get_default_dtype())
 _seen("deterministic", _torch.are_deterministic_algorithms_enabled())
 _seen("linewidth", _mpl.rcParams["lines.linewidth"])
 _seen("allclose", _torch.allclose(_torch.zeros(1), _torch.ones(1)))
+_seen("fork", _os.getpid() == 1)
 '''
-CLEAN = {"files": "[]", "environ": "False", "threads": "[]", "processes": "[]", "unix socket": "False",
+CLEAN = {"files": "[]", "boxes": "[]", "environ": "False", "threads": "[]", "processes": "[]", "unix socket": "False",
          "tcp socket": "False", "sys.modules": "False", "default dtype": "torch.float32",
          "deterministic": "False", "linewidth": "1.5", "allclose": "False"}
 WRONG_SOFTMAX = "def softmax(x, dim=-1):\n    import torch\n    return torch.exp(x) / torch.exp(x).sum()\n"
@@ -157,6 +183,17 @@ def test_the_attacker_left_everything_it_meant_to(back_to_back):
     left = _lines(course, "b_attacker", "LEFT")
     failed = {name: left.get(name) for name in MUST_LEAVE if left.get(name) != "ok"}
     assert not failed, f"the attack could not leave these, so the probe proves nothing about them: {failed}"
+
+
+def test_the_kernels_were_forks_of_the_zygote_and_could_not_get_out(back_to_back):
+    """Both kernels ran as forks (PID 1 of their own namespace; a fresh kernel is bubblewrap's
+    PID 2), and the attacker could neither undo its private mounts nor make namespaces."""
+    course, _ = back_to_back
+    assert _lines(course, "b_attacker", "LEFT").get("fork") == "True", "the kernel was not a fork of the zygote"
+    assert "True" in _lines(course, "c_probe", "PROBE").get("fork", ""), "the probe's kernel was not a fork"
+    escapes = _lines(course, "b_attacker", "ESCAPE")
+    assert set(escapes) == {"umount tmp", "umount home", "user namespace", "mount tmpfs"}, escapes
+    assert all(v == "refused" for v in escapes.values()), f"ways out of the fork's sandbox: {escapes}"
 
 
 def test_the_next_student_sees_nothing_of_it(back_to_back):

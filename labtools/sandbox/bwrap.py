@@ -262,6 +262,69 @@ def python_paths(executable: str) -> list[str]:
     return [p for p in outer if not any(_within(p, s) for s in SYSTEM_PATHS)]
 
 
+def sandbox_env() -> dict[str, str]:
+    """The environment every sandboxed kernel gets on top of the grader's (secrets removed)."""
+    return {
+        "HOME": SANDBOX_HOME, "TMPDIR": "/tmp", "PWD": SANDBOX_WORK,
+        "XDG_CACHE_HOME": f"{SANDBOX_HOME}/.cache", "XDG_CONFIG_HOME": f"{SANDBOX_HOME}/.config",
+        "MPLCONFIGDIR": f"{SANDBOX_HOME}/.config/matplotlib", "IPYTHONDIR": f"{SANDBOX_HOME}/.ipython",
+        "JUPYTER_RUNTIME_DIR": f"{SANDBOX_HOME}/.local/share/jupyter/runtime",
+        "HF_HOME": f"{SANDBOX_HOME}/.cache/huggingface",
+        # there is no network: say so, so that libraries do not wait for one
+        "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+        # Inside the sandbox the kernel's parent is bwrap's init (pid 1): ipykernel would take
+        # the grader's pid for a parent that is gone and quit. --die-with-parent ties the
+        # kernel to the grader instead.
+        "JPY_PARENT_PID": "1",
+    }
+
+
+def check_hidden(binds: list[str], hidden: list[str]) -> None:
+    """Refuse to bind a directory that holds one that student code must not see."""
+    for path in binds:
+        for secret in hidden:
+            if _within(secret, path):
+                raise SandboxUnavailable(
+                    f"the Python installation at {path} contains {secret}, which the sandbox must hide "
+                    f"from student code: use a Python (virtual environment) outside the course directory")
+
+
+def _root_args(bwrap: str, executable: str, *, hidden: list[str], nested: bool) -> list[str]:
+    """The sandbox's namespaces and read-only root: the system, the Python installation of
+    `executable`, devices, and in-memory /tmp, home and /dev/shm. `nested`: for the zygote
+    (zygote.py), whose forks make namespaces of their own: user namespaces stay allowed
+    and the host's /proc is bound (a new /proc may only be mounted where a whole one is
+    visible); each fork mounts its own over it."""
+    help_text = _bwrap_help(bwrap)
+
+    def tmpfs(dest: str) -> list[str]:
+        size = ["--size", str(TMPFS_MB * 2**20)] if "--size" in help_text else []
+        return [*size, "--tmpfs", dest]
+
+    args = [bwrap, "--unshare-all", "--die-with-parent"] if nested else _namespaces(bwrap)
+    for path in SYSTEM_PATHS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for entry in ETC_ENTRIES:
+        args += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
+    binds = python_paths(executable)
+    if os.path.isabs(executable) and not any(_within(executable, p) for p in [*binds, *SYSTEM_PATHS]):
+        binds.append(executable)  # a kernel executable outside any installation we know
+    args += ["--bind", "/proc", "/proc"] if nested else ["--proc", "/proc"]
+    args += ["--dev", "/dev", *tmpfs("/dev/shm"), "--ro-bind-try", "/sys", "/sys"]
+    for pattern in GPU_DEVICES:
+        for device in sorted(glob.glob(pattern)):
+            args += ["--dev-bind", device, device]
+    args += [*tmpfs("/tmp"), *tmpfs(SANDBOX_HOME)]
+    # After the tmpfs mounts: a Python installed under /tmp (a fresh CI clone) stays visible.
+    check_hidden(binds, hidden)
+    for path in binds:
+        args += ["--ro-bind", path, path]
+    return args
+
+
 def bwrap_command(bwrap: str, kernel_cmd: list[str], *, work_dir: str, connection_file: str,
                   hidden: list[str] = ()) -> list[str]:
     """`bwrap ... -- kernel_cmd`: the kernel in its sandbox.
@@ -271,59 +334,26 @@ def bwrap_command(bwrap: str, kernel_cmd: list[str], *, work_dir: str, connectio
     bound read-write at its own path (the connection file itself read-only). Paths in `hidden` (the notebook's directory, the course
     directory) must not be visible: binding any directory that holds one of them is
     refused."""
-    help_text = _bwrap_help(bwrap)
     connection_dir = os.path.dirname(connection_file)
-
-    def tmpfs(dest: str) -> list[str]:
-        size = ["--size", str(TMPFS_MB * 2**20)] if "--size" in help_text else []
-        return [*size, "--tmpfs", dest]
-
-    args = _namespaces(bwrap)
-    binds: list[str] = []
-    for path in SYSTEM_PATHS:
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    for entry in ETC_ENTRIES:
-        args += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
-    binds += python_paths(kernel_cmd[0])
-    if os.path.isabs(kernel_cmd[0]) and not any(_within(kernel_cmd[0], p) for p in [*binds, *SYSTEM_PATHS]):
-        binds.append(kernel_cmd[0])  # a kernel executable outside any installation we know
-    args += ["--proc", "/proc", "--dev", "/dev", *tmpfs("/dev/shm"), "--ro-bind-try", "/sys", "/sys"]
-    for pattern in GPU_DEVICES:
-        for device in sorted(glob.glob(pattern)):
-            args += ["--dev-bind", device, device]
-    args += [*tmpfs("/tmp"), *tmpfs(SANDBOX_HOME)]
-    # After the tmpfs mounts: a Python installed under /tmp (a fresh CI clone) stays visible.
-    for path in binds:
-        for secret in hidden:
-            if _within(secret, path):
-                raise SandboxUnavailable(
-                    f"the Python installation at {path} contains {secret}, which the sandbox must hide "
-                    f"from student code: use a Python (virtual environment) outside the course directory")
-        args += ["--ro-bind", path, path]
+    args = _root_args(bwrap, kernel_cmd[0], hidden=list(hidden), nested=False)
     args += ["--bind", work_dir, SANDBOX_WORK,
              "--bind", connection_dir, connection_dir, "--ro-bind-try", connection_file, connection_file,
              "--chdir", SANDBOX_WORK]
     # Everything else of the new root is read-only.
     args += ["--remount-ro", "/"]
-    env = {
-        "HOME": SANDBOX_HOME, "TMPDIR": "/tmp", "PWD": SANDBOX_WORK,
-        "XDG_CACHE_HOME": f"{SANDBOX_HOME}/.cache", "XDG_CONFIG_HOME": f"{SANDBOX_HOME}/.config",
-        "MPLCONFIGDIR": f"{SANDBOX_HOME}/.config/matplotlib", "IPYTHONDIR": f"{SANDBOX_HOME}/.ipython",
-        "JUPYTER_RUNTIME_DIR": f"{SANDBOX_HOME}/.local/share/jupyter/runtime",
-        "HF_HOME": f"{SANDBOX_HOME}/.cache/huggingface",
-        # there is no network: say so, so that libraries do not wait for one
-        "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-    }
-    for name, value in env.items():
+    for name, value in sandbox_env().items():
         args += ["--setenv", name, value]
-    # Inside the sandbox the kernel's parent is bwrap's init (pid 1): ipykernel would take
-    # the grader's pid for a parent that is gone and quit. --die-with-parent ties the
-    # kernel to the grader instead.
-    args += ["--setenv", "JPY_PARENT_PID", "1"]
     return [*args, "--", *kernel_cmd]
+
+
+def zygote_command(bwrap: str, python_cmd: list[str], *, boxes: str) -> list[str]:
+    """`bwrap ... -- python_cmd`: the zygote (zygote.py) in a sandbox like a kernel's, with
+    `boxes` (host), the folder of its kernels' boxes, bound read-write at its own path."""
+    args = _root_args(bwrap, python_cmd[0], hidden=[], nested=True)
+    args += ["--bind", boxes, boxes, "--chdir", "/", "--remount-ro", "/"]
+    for name, value in sandbox_env().items():
+        args += ["--setenv", name, value]
+    return [*args, "--", *python_cmd]
 
 
 def make_box_dir(owner=None) -> str:

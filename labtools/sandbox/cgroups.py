@@ -197,10 +197,11 @@ class KernelGroup:
         return [str(d) for d in self.dirs.values()]
 
     @staticmethod
-    def enter(paths: list[str]) -> None:
-        """Move this process into the groups (the launcher, just before it execs the kernel)."""
+    def enter(paths: list[str], pid: int | None = None) -> None:
+        """Move a process into the groups: this one (the launcher, just before it execs the
+        kernel) or `pid` (a forked kernel, before it runs anything)."""
         for path in paths:
-            _write(Path(path) / "cgroup.procs", str(os.getpid()))
+            _write(Path(path) / "cgroup.procs", str(os.getpid() if pid is None else pid))
 
     def pids(self) -> list[int]:
         d = next(iter(self.dirs.values()))

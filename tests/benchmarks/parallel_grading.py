@@ -6,17 +6,22 @@ Both runs grade the same class of lab01 submissions (reference answers, the unto
 release and a few common mistakes, in turn) into fresh course directories. The
 sequential run is nbgrader's own `nbgrader autograde <lab> --force` over the whole
 class (one process, one student after another, with the course's nbgrader_config.py:
-sandbox and judge included); the parallel one is `labtools grade --workers N` (a local
-Dask cluster of N worker processes), which also collects the zip and writes feedback,
-so its figure is the whole job; its autograde stage alone is given too, and where a
-submission's time goes on the workers (kernel start, setup cell, the notebook's own
-cells, the judged tests, nbgrader's own work, feedback).
+sandbox and judge included) with a fresh kernel for every student, as nbgrader starts
+them (`--LimitedKernelManager.zygote=none`); `--sequential-zygote` also times it with the
+course's pre-imported kernels. The parallel one is `labtools grade --workers N` (a local
+Dask cluster of N worker processes, each with its zygote), which also collects the zip and
+writes feedback, so its figure is the whole job; its autograde stage alone is given too,
+and where a submission's time goes on the workers (kernel start, setup cell, the
+notebook's own cells, the judged tests, nbgrader's own work, feedback). CPU: the whole
+machine's busy time during each run (/proc/stat: every process, the client and Dask's
+scheduler included) per submission.
 Not a test: run it by hand on a quiet machine and quote both figures and the ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -34,6 +39,7 @@ from labtools import nbcells  # noqa: E402
 from labtools.grade.run import grade  # noqa: E402
 from labtools.labs import get_lab  # noqa: E402
 from labtools.build.submissions import fill_release  # noqa: E402
+from labtools.sandbox import zygote  # noqa: E402
 
 LAB = get_lab("lab01_attention")
 
@@ -49,6 +55,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--submissions", type=int, default=40)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--sequential-zygote", action="store_true",
+                        help="also time sequential autograde with the pre-imported kernels")
     args = parser.parse_args()
     files = _class(args.submissions)
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,11 +70,17 @@ def main() -> None:
             folder = seq / "submitted" / student / LAB.lab_id
             folder.mkdir(parents=True, exist_ok=True)
             (folder / LAB.notebook_name).write_text(text)
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "nbgrader", "autograde", LAB.lab_id, "--force", "--create",
-                        "--log-level=ERROR", f"--CourseDirectory.release_directory={_release_of(seq)}"],
-                       cwd=seq, check=True, capture_output=True)
-        sequential = time.perf_counter() - start
+        zygote.shutdown()  # the untimed run's zygote: not left running beside the timed ones
+
+        def autograde(*extra: str) -> tuple[float, float]:
+            start, busy = time.perf_counter(), _busy_seconds()
+            subprocess.run([sys.executable, "-m", "nbgrader", "autograde", LAB.lab_id, "--force", "--create",
+                            "--log-level=ERROR", f"--CourseDirectory.release_directory={_release_of(seq)}",
+                            *extra], cwd=seq, check=True, capture_output=True)
+            return time.perf_counter() - start, _busy_seconds() - busy
+
+        sequential, sequential_cpu = autograde("--LimitedKernelManager.zygote=none")
+        forked = autograde() if args.sequential_zygote else None
         from nbgrader.api import Gradebook
 
         with Gradebook(f"sqlite:///{seq / 'gradebook.db'}") as gb:
@@ -74,15 +88,19 @@ def main() -> None:
 
         par = make_course(tmp / "parallel", [LAB])
         stages: list[tuple[float, str]] = []
-        start = time.perf_counter()
+        start, busy = time.perf_counter(), _busy_seconds()
         report = grade(LAB.lab_id, write_zip(tmp / "class.zip", files), course_dir=par, hide_progress=True,
                        workers=args.workers, log=lambda msg: stages.append((time.perf_counter(), str(msg))))
-        parallel = time.perf_counter() - start
+        parallel, parallel_cpu = time.perf_counter() - start, _busy_seconds() - busy
         graded = sum(r.status.startswith("graded") for r in report.results)
     n = args.submissions
     print(f"{n} lab01 submissions (graded: {sequential_graded} sequentially, {graded} in parallel)")
-    print(f"sequential nbgrader autograde: {sequential:7.1f} s  {60 * n / sequential:5.1f} submissions/min")
-    print(f"grade --workers {args.workers}:          {parallel:7.1f} s  {60 * n / parallel:5.1f} submissions/min")
+    print(f"sequential nbgrader autograde: {sequential:7.1f} s  {60 * n / sequential:5.1f} submissions/min  "
+          f"CPU {sequential_cpu / n:5.2f} s a submission (fresh kernels)")
+    if forked is not None:
+        print(f"  the same, pre-imported kernels: {forked[0]:7.1f} s  CPU {forked[1] / n:5.2f} s a submission")
+    print(f"grade --workers {args.workers}:          {parallel:7.1f} s  {60 * n / parallel:5.1f} submissions/min  "
+          f"CPU {parallel_cpu / n:5.2f} s a submission (whole job)")
     print(f"ratio: {sequential / parallel:.2f}x")
     print("the parallel run's stages:")
     ends = [t for t, _ in stages[1:]] + [start + parallel]
@@ -97,6 +115,14 @@ def main() -> None:
         print(f"  {per.get(phase, 0.0):6.2f} s  {phase}")
     print(f"  {per.get('autograde', 0.0) - inside:6.2f} s  nbgrader's own work (sanitize, gradebook, files)")
     print(f"  {per.get('feedback', 0.0):6.2f} s  feedback")
+
+
+def _busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (not idle, not waiting for I/O) so far."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    guest = sum(fields[8:10]) if len(fields) > 9 else 0  # counted in user time already
+    return (sum(fields) - idle - guest) / os.sysconf("SC_CLK_TCK")
 
 
 def _release_of(course: Path) -> str:
