@@ -205,3 +205,21 @@ def test_an_attachment_put_back_is_caught():
         schematics.schematic_cell(nbcells.read(LABS[0].source_path())))).decode()}}
     found = images.not_shown_everywhere(nb)
     assert any("attachment:schematic.png" in f for f in found) and any("has attachments" in f for f in found)
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.lab_id)
+def test_long_graders_tests_are_folded_in_the_self_study_edition(lab):
+    """Self-study shows the graders' tests too (nothing is hidden there); a long one is folded
+    like a helper, under a title that names its exercise, and a short one stays open."""
+    from labtools.build.editions import HELPER_LINES
+
+    nb = nbformat.read(lab.selfstudy_path(), as_version=4)
+    names = nbcells.exercises(nbcells.read(lab.source_path()))
+    for cell in nb.cells:
+        if cell.cell_type != "code" or "# Graders' tests" not in cell.source:
+            continue
+        folded = cell.source.startswith("# @title Tests of ")
+        assert folded == (len(cell.source.splitlines()) > HELPER_LINES + folded), cell.source.splitlines()[0]
+        if folded:
+            assert cell.metadata["jupyter"] == {"source_hidden": True} and cell.metadata["cellView"] == "form"
+            assert cell.source.split("\n", 1)[0].split("Tests of ")[1].split(",")[0] in names

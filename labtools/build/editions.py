@@ -183,6 +183,17 @@ def _model_answer_cell(source_cell):
         f"{nbcells.strip_markers(source_cell.source).strip()}\n\n</details>")
 
 
+def _fold_long_tests(cell, exercise: str | None) -> None:
+    """A test cell that shows the graders' tests and is longer than a helper may be is folded
+    like one: it still runs and shows what passed, its code is one click away."""
+    if len(cell.source.splitlines()) <= HELPER_LINES or "# Graders' tests" not in cell.source:
+        return
+    name = exercise or "this exercise"
+    cell.source = f"# @title Tests of {name}, the graders' included (open the cell to read them)\n" + cell.source
+    cell.metadata["cellView"] = "form"
+    cell.metadata["jupyter"] = {"source_hidden": True}
+
+
 def _drop_nbgrader_metadata(nb) -> None:
     for cell in nb.cells:
         cell.metadata.pop("nbgrader", None)
@@ -194,10 +205,12 @@ def make_selfstudy(lab: Lab, source_nb):
     nb = copy.deepcopy(source_nb)
     nb, _ = ClearSolutions().preprocess(nb, {})
     cells = []
+    names = nbcells.exercises(source_nb)
     for cell, source_cell in zip(nb.cells, source_nb.cells):
         if nbcells.is_autograded_test(cell):
             cell.source = nbcells.strip_markers(cell.source, (nbcells.BEGIN_HIDDEN, nbcells.END_HIDDEN))
             cell.source = _HIDDEN_HEADER.sub("# Graders' tests (hidden when graded):", cell.source)
+            _fold_long_tests(cell, nbcells.test_owner(nbcells.grade_id(source_cell) or "", names))
         cells.append(cell)
         if cell.cell_type == "markdown" and nbcells.is_solution(source_cell):
             cells.append(_model_answer_cell(source_cell))
