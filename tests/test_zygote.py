@@ -140,3 +140,15 @@ def test_the_zygote_can_be_turned_off(tmp_path):
     assert seen["PID"] != "1"
     with pytest.raises(ValueError, match="zygote must be one of"):
         zygote.wanted("sometimes")
+
+
+def test_a_kernel_cannot_signal_the_zygote_through_its_process_group(forks, tmp_path):
+    """kill(0, ...) reaches every process of the caller's group, namespaces or not: each fork
+    leads a group of its own, so the zygote (and the next student's kernel) is out of reach."""
+    z = zygote.shared(sandbox.resolve_sandbox("require"))
+    seen, _ = _run("import os, signal\nos.kill(0, signal.SIGUSR1)\n"
+                   "try:\n    os.kill(-1, signal.SIGUSR1)\nexcept ProcessLookupError:\n    pass\n"
+                   "print('SENT', os.getpgrp() == os.getpid())\n", tmp_path)
+    assert seen["SENT"] == "True"  # the kernel leads its own group
+    time.sleep(0.5)
+    assert z.alive() and zygote.shared(sandbox.resolve_sandbox("require")) is z

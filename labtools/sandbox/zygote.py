@@ -105,8 +105,15 @@ class ForkedKernel:
         return self.returncode
 
     def send_signal(self, signum: int) -> None:
+        """To the kernel's process group (the kernel and what it started), as jupyter_client
+        signals a kernel it started; to the kernel alone (by pidfd) if that fails."""
         if self.poll() is not None:
             return
+        try:
+            os.killpg(self.pid, signum)  # the kernel leads its own group (zygote_main.py)
+            return
+        except OSError:
+            pass
         if self._pidfd is not None:
             signal.pidfd_send_signal(self._pidfd, signum)
         else:

@@ -160,6 +160,7 @@ def _status(code: int) -> int:
 def supervise(conn: socket.socket, boxes: str, request: dict) -> None:
     """In the forked supervisor: never returns."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setsid()  # out of the zygote's process group: a kernel's kill(0, ...) cannot reach it
     try:
         _enter_namespaces(boxes, request)
         _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the kernel may not ptrace its supervisor
@@ -216,6 +217,7 @@ def _limits(memory_mb: int, file_mb: int) -> None:
 
 
 def _prepare(conn: socket.socket, request: dict) -> None:
+    os.setsid()  # a process group of its own, the grader interrupts it and its children together
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # this PID namespace's
     uid, gid = os.getuid(), os.getgid()
     _unshare(CLONE_NEWUSER | CLONE_NEWNS, "user, mount (locks the mounts)")
