@@ -152,7 +152,9 @@ class Zygote:
     def __init__(self, bwrap: str):
         self.boxes = tempfile.mkdtemp(prefix="labtools-zyg-", dir="/tmp" if os.path.isdir("/tmp") else None)
         self.socket_path = os.path.join(self.boxes, "zygote.sock")
-        python = [sys.executable, "-c", _SOURCE.read_text(), self.boxes, *PRELOAD]
+        # the Python installation's folders, put back over each kernel's own /tmp
+        config = {"preload": list(PRELOAD), "keep": sandbox.python_paths(sys.executable)}
+        python = [sys.executable, "-c", _SOURCE.read_text(), self.boxes, json.dumps(config)]
         self.process = _start_in_own_thread(sandbox.zygote_command(bwrap, python, boxes=self.boxes))
         end = time.monotonic() + START_TIMEOUT
         while not os.path.exists(self.socket_path):

@@ -3,7 +3,7 @@ student, each in namespaces of its own. It never runs student code itself.
 
 labtools/sandbox/zygote.py starts it inside a bubblewrap sandbox like a kernel's (the
 system and the Python installation read-only, no network, nothing of the course), as
-`python -c <this file's text> BOXES MODULE...`: this file is read by the grader and
+`python -c <this file's text> BOXES CONFIG` (JSON: the modules to preload, the folders to keep): this file is read by the grader and
 passed as text, so the course directory is never bound into the sandbox. BOXES is the
 one folder it shares with the grader: each kernel's box (BOXES/<id>/conn: connection
 file and ZMQ sockets; BOXES/<id>/work: copies of the notebook folder's data files)
@@ -33,6 +33,7 @@ import struct
 import sys
 
 HOME = "/home/student"
+KEEP: list = []  # folders of the Python installation: visible in every kernel (serve's "keep")
 WORK = HOME + "/work"
 TMPFS_OPTIONS = b"size=2147483648,mode=1777"
 
@@ -142,8 +143,18 @@ def _enter_namespaces(boxes: str, request: dict) -> None:
         _mount(connection_file, staged, None, MS_BIND)
         kept = os.statvfs(staged).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC | 1024 | 2048 | 4096)
         _mount(None, staged, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
+    # The Python installation may live under /tmp (a fresh clone's virtual environment):
+    # staged like conn/, moved back onto the new /tmp (still read-only, as bound by bubblewrap).
+    kept = [path for path in KEEP if path.startswith("/tmp/") and os.path.isdir(path)]
+    for i, path in enumerate(kept):
+        os.makedirs(os.path.join(HOME, f".keep{i}"))
+        _mount(path, os.path.join(HOME, f".keep{i}"), None, MS_BIND | MS_REC)
     for target in ("/tmp", "/dev/shm"):
         _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, TMPFS_OPTIONS)
+    for i, path in enumerate(kept):
+        os.makedirs(path)
+        _mount(os.path.join(HOME, f".keep{i}"), path, None, MS_MOVE)
+        os.rmdir(os.path.join(HOME, f".keep{i}"))
     if os.path.isdir(boxes):  # BOXES is not under /tmp: hide every box under an empty tmpfs
         _mount("tmpfs", boxes, "tmpfs", MS_NOSUID | MS_NODEV, b"size=65536,mode=0755")
     os.makedirs(conn_dir)
@@ -277,7 +288,9 @@ def _kernel(conn: socket.socket, request: dict) -> None:
 # --- the zygote ----------------------------------------------------------------------
 
 
-def serve(boxes: str, modules: list) -> None:
+def serve(boxes: str, config: dict) -> None:
+    KEEP.extend(config.get("keep", []))
+    modules = config.get("preload", [])
     # the inline backend, as ipykernel would set it before matplotlib is first imported
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     for name in modules:
@@ -306,4 +319,4 @@ def serve(boxes: str, modules: list) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], sys.argv[2:])
+    serve(sys.argv[1], json.loads(sys.argv[2]))
