@@ -3,6 +3,12 @@ in different styles and reject realistic mistakes.
 
 Fixtures live in tests/fixtures/<lab>/<exercise>/{correct,wrong}_*.py; each file is
 the whole content of the exercise's solution cell, as a student would write it.
+
+A wrong answer must also be told what its mistake is. Its fixture names the mistake in a
+`# says: <regex>` line among its first comment lines; the first message the student reads
+(the first test that fails for what the answer computes) must match it. A message is built
+from what the answer returned (compared with each likely mistake), so the regex is the name
+of the mistake, not the wording of one fixture's message.
 """
 
 from __future__ import annotations
@@ -33,6 +39,21 @@ def _describe(results) -> str:
 _BROKEN = re.compile(r"\b(SyntaxError|IndentationError|ImportError|ModuleNotFoundError)\b|name '(\w+)' is not defined")
 
 
+_SAYS = re.compile(r"^#\s*says:\s*(.+?)\s*$", re.MULTILINE)
+
+
+def says(fixture_text: str) -> re.Pattern | None:
+    """The mistake a wrong fixture's first message must name, from its `# says:` line."""
+    header = "\n".join(line for line in fixture_text.splitlines()[:8] if line.startswith("#"))
+    match = _SAYS.search(header)
+    return re.compile(match.group(1), re.IGNORECASE) if match else None
+
+
+def first_message(results, exercise: str) -> str:
+    """What the student reads first: the first failure caused by what the answer computes."""
+    return next((r.error for r in results if not r.passed and _caught(r.error, exercise)), "")
+
+
 def _caught(error: str, exercise: str) -> bool:
     """A test failed because of what the answer computes, not because the fixture itself is
     broken (a typo, a missing import); a missing or renamed exercise is a real mistake."""
@@ -57,6 +78,10 @@ def test_fixture_scored_as_expected(lab, exercise, fixture):
         assert earned < possible, f"a wrong answer got full marks: {_describe(results)}"
         assert any(_caught(r.error, exercise) for r in results if not r.passed), \
             f"the wrong answer loses points only because it does not run (a broken fixture?): {_describe(results)}"
+        mistake = says(fixture.read_text())
+        if mistake is not None:
+            message = first_message(results, exercise)
+            assert mistake.search(message), f"the message does not name the mistake ({mistake.pattern!r}): {message}"
     else:
         pytest.fail(f"fixture names start with correct_ or wrong_: {fixture.name}")
 
