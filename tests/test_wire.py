@@ -432,3 +432,41 @@ def test_a_lab_text_that_fails_is_the_graders_error_and_is_tried_again():
     with pytest.raises(wire.LabSetupError, match="ZeroDivisionError"):
         wire.Lab(channel, "x = 1 / 0").x
     assert not channel.lab_defined
+
+
+def test_a_student_error_says_which_notebook_line_raised():
+    """The agent sends the line of the deepest notebook cell on the traceback (library frames below
+    it skipped); the judge keeps it as a hint, cleaned, and the runner ends the message with it."""
+    import linecache
+
+    from labtools.judge import runner
+
+    filename = "/tmp/ipykernel_4242/123456.py"      # where ipykernel compiles a cell
+    source = "def joined(a, b):\n    return torch.cat([a, b.unsqueeze(0)])\n"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    namespace = {"torch": torch}
+    exec(compile(source, filename, "exec"), namespace)
+    student = _student(namespace)
+    with pytest.raises(RuntimeError) as info:
+        student.joined(torch.zeros(2, 3), torch.zeros(2))
+    assert info.value.notebook_line == "return torch.cat([a, b.unsqueeze(0)])"   # torch's own frames skipped
+    _, message = runner._describe_failure(info.value)
+    assert message.endswith("(raised at the notebook line `return torch.cat([a, b.unsqueeze(0)])`)")
+    try:                                              # a test helper's AssertionError raised from it
+        raise AssertionError("joined(...) raised RuntimeError") from info.value
+    except AssertionError as wrapped:
+        assert runner._describe_failure(wrapped)[1].endswith("`return torch.cat([a, b.unsqueeze(0)])`)")
+    # code that is no notebook cell's (a library, the lab's helpers) gives no line
+    with pytest.raises(ValueError) as info:
+        _student({"f": lambda: int("x")}).f()
+    assert info.value.notebook_line == "" and "notebook line" not in runner._describe_failure(info.value)[1]
+
+
+@pytest.mark.parametrize("forged, kept", [
+    ("x = 1\n<script>alert(1)</script>", "x = 1 <script>alert(1)</script>"),
+    (["not", "text"], ""), (12, ""), ("y" * 5000, "y" * wire.MAX_LINE_CHARS),
+])
+def test_a_forged_line_is_only_short_text(forged, kept):
+    """The line comes from the student's side: whatever it sends, the judge keeps one short line of
+    printable text (the report escapes it like every message)."""
+    assert wire._clean_line(forged) == kept

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import linecache
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,9 +35,12 @@ class TestResult:
 
 def _run_cell(source: str, namespace: dict, name: str) -> str:
     """Execute one cell; return '' on success, else the error in one line."""
+    filename = f"<cell {name}>"
+    # as ipykernel does for its cells: a traceback can then show the line that raised
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            exec(compile(source, f"<cell {name}>", "exec"), namespace)
+            exec(compile(source, filename, "exec"), namespace)
     except Exception as exc:  # noqa: BLE001 - a student's answer may raise anything
         return f"{type(exc).__name__}: {exc}"
     return ""

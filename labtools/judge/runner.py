@@ -267,11 +267,19 @@ class Judge:
         return Verdict(grade_id, True, out.getvalue())
 
 
+def _where(exc: BaseException) -> str:
+    """Where the student's side raised the error behind `exc` (itself, or the error a test helper
+    turned into an AssertionError with `raise ... from`), as the end of a message."""
+    raised = exc if isinstance(exc, wire.StudentRaised) else exc.__cause__
+    line = getattr(raised, "notebook_line", "") if isinstance(raised, wire.StudentRaised) else ""
+    return f" (raised at the notebook line `{line}`)" if line else ""
+
+
 def _describe_failure(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, wire.StudentRaised):
-        return exc.student_type, f"your code raised {exc.student_type}: {exc}"
+        return exc.student_type, f"your code raised {exc.student_type}: {exc}{_where(exc)}"
     if isinstance(exc, AssertionError):
-        return "AssertionError", str(exc) or "a check failed"
+        return "AssertionError", (str(exc) or "a check failed") + _where(exc)
     if isinstance(exc, wire.WireError):
         return "WireError", f"the grader could not read what your code returned: {exc}"
     if isinstance(exc, JudgeTimeout):

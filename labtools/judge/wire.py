@@ -23,7 +23,9 @@ It must not import labtools (the kernel may not have it).
 
 import inspect
 import json
+import re
 import struct
+import traceback
 
 import numpy as np
 import torch
@@ -43,6 +45,7 @@ class StudentRaised(Exception):
     """Base of the exceptions re-raised on the judge's side for an error in the student's code."""
 
     student_type = "Exception"
+    notebook_line = ""  # the line of the notebook that raised, when a cell is on the traceback
 
 
 _BUILTIN_ERRORS = {cls.__name__: cls for cls in (
@@ -50,6 +53,31 @@ _BUILTIN_ERRORS = {cls.__name__: cls for cls in (
     NotImplementedError, AssertionError, ArithmeticError, LookupError, OverflowError, MemoryError,
     RecursionError, ImportError, ModuleNotFoundError, UnboundLocalError, StopIteration, TimeoutError)}
 _RAISED_TYPES = {}
+
+
+# The files a notebook's cells run from: ipykernel's (/tmp/ipykernel_<pid>/<hash>.py), IPython's
+# older <ipython-input-...>, and the fixtures harness's <cell NAME>.
+_CELL_FILE = re.compile(r"(ipykernel_\d+/\d+\.py|<ipython-input-[^>]*>|<cell [^>]*>)$")
+MAX_LINE_CHARS = 200
+
+
+def _notebook_line(exc):
+    """The line of a notebook cell where `exc` was raised (the deepest frame of the traceback that
+    is a cell's, library frames below it skipped), or "" when no cell is on the traceback."""
+    try:
+        for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+            if _CELL_FILE.search(frame.filename or "") and frame.line:
+                return frame.line.strip()[:MAX_LINE_CHARS]
+    except Exception:  # noqa: BLE001 - only a hint: a traceback that cannot be read gives none
+        pass
+    return ""
+
+
+def _clean_line(value):
+    """A line as the other side sent it, made safe to put in a message: text only, one line, short."""
+    if not isinstance(value, str):
+        return ""
+    return "".join(c if c.isprintable() else " " for c in value)[:MAX_LINE_CHARS].strip()
 
 
 def _raised_type(name, bases):
@@ -439,7 +467,8 @@ class Agent:
                 raise
             encoder = _Encoder(self._ref)
             result = {"raised": {"type": type(exc).__name__, "message": str(exc)[:2000],
-                                 "bases": [c.__name__ for c in type(exc).__mro__]}}
+                                 "bases": [c.__name__ for c in type(exc).__mro__],
+                                 "line": _notebook_line(exc)}}
         self._after = []
         return pack(result, encoder.tensors)
 
@@ -667,8 +696,10 @@ class Channel:
             raise WireError(str(reply_tree["wire_error"]))
         if "raised" in reply_tree:
             raised = reply_tree["raised"]
-            raise _raised_type(raised.get("type", "Exception"), list(raised.get("bases", [])))(
+            error = _raised_type(raised.get("type", "Exception"), list(raised.get("bases", [])))(
                 str(raised.get("message", "")))
+            error.notebook_line = _clean_line(raised.get("line"))  # where it was raised: a hint, never a verdict
+            raise error
         value = self._decode_reply(reply_tree.get("value"), tensors)
         if sent is not None:
             after = self._decode_reply(reply_tree.get("after"), tensors)
