@@ -199,7 +199,9 @@ def test_the_grade_command_writes_the_report(graded):
     course, result, messages = graded
     page = course / "grades" / LAB.lab_id / report.REPORT
     assert result.report_html == page and page.exists(), messages
-    assert result.result("knuthdonald").failures["test_softmax_basic"].endswith(f" raised ValueError: {ATTACK}")
+    failure = result.result("knuthdonald").failures["test_softmax_basic"]
+    # the message, then the notebook line that raised it: both hold the attack, as text
+    assert f" raised ValueError: {ATTACK} (raised at the notebook line `raise ValueError(" in failure, failure
     assert result.result("lovelaceada").failures == {}
     with (course / "grades" / LAB.lab_id / "grades.csv").open(newline="") as fh:
         # nbgrader exports every student of the gradebook: Noam with no submission too
