@@ -26,7 +26,7 @@ import traceback
 from dataclasses import dataclass, field
 
 from .. import nbcells
-from . import copies, reader, wire
+from . import copies, raw_errors, reader, wire
 from .embed import HANDLE_GRADE_ID
 from .kernel_channel import JudgeTimeout
 
@@ -267,19 +267,33 @@ class Judge:
         return Verdict(grade_id, True, out.getvalue())
 
 
-def _where(exc: BaseException) -> str:
-    """Where the student's side raised the error behind `exc` (itself, or the error a test helper
-    turned into an AssertionError with `raise ... from`), as the end of a message."""
+def _raised_by_answer(exc: BaseException):
+    """The error of the student's side behind `exc` (itself, or the error a test helper turned into
+    an AssertionError with `raise ... from`), or None."""
     raised = exc if isinstance(exc, wire.StudentRaised) else exc.__cause__
-    line = getattr(raised, "notebook_line", "") if isinstance(raised, wire.StudentRaised) else ""
+    return raised if isinstance(raised, wire.StudentRaised) else None
+
+
+def _where(exc: BaseException) -> str:
+    """Where the student's side raised the error behind `exc`, as the end of a message."""
+    line = getattr(_raised_by_answer(exc), "notebook_line", "")
     return f" (raised at the notebook line `{line}`)" if line else ""
+
+
+def _explained(exc: BaseException, message: str) -> str:
+    """`message`, then what the raw error behind it shows of its cause (raw_errors.py), if anything."""
+    raised = _raised_by_answer(exc)
+    if raised is None:
+        return message
+    extra = raw_errors.explain(raw_errors.RawError(raised.student_type, str(raised), raised.notebook_line, message))
+    return f"{message}: {extra}" if extra else message
 
 
 def _describe_failure(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, wire.StudentRaised):
-        return exc.student_type, f"your code raised {exc.student_type}: {exc}{_where(exc)}"
+        return exc.student_type, _explained(exc, f"your code raised {exc.student_type}: {exc}{_where(exc)}")
     if isinstance(exc, AssertionError):
-        return "AssertionError", (str(exc) or "a check failed") + _where(exc)
+        return "AssertionError", _explained(exc, (str(exc) or "a check failed") + _where(exc))
     if isinstance(exc, wire.WireError):
         return "WireError", f"the grader could not read what your code returned: {exc}"
     if isinstance(exc, JudgeTimeout):

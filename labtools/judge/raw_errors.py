@@ -1,0 +1,64 @@
+"""What a raw error from inside an answer says about its cause, whatever the lab.
+
+An error raised inside the student's code reaches them as the library's text plus the notebook
+line that raised it (wire.py). A few errors mean more than their text says: each rule here adds
+one sentence for one of them. A rule reads only facts of the error (its type, its text, the line),
+never the test or the lab, so it can only say what the error itself shows.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class RawError:
+    kind: str  # the error's type name, e.g. "IndexError"
+    text: str  # its message
+    line: str  # the notebook line that raised it ("" if none)
+    message: str  # what the student reads so far
+
+
+@dataclass(frozen=True)
+class Rule:
+    applies: Callable[[RawError], bool]
+    sentence: str
+
+
+RULES = (
+    # a test that expects an error says "must raise"; every other call is one the docstring allows
+    Rule(lambda e: (e.line.startswith("raise ") or e.line == "raise") and "must raise" not in e.message,
+         "that line is a `raise` of your own code, reached on a call the test expects to work: "
+         "check the condition that leads to it"),
+    Rule(lambda e: "index out of range in self" in e.text,
+         "an embedding lookup (nn.Embedding, or index_select) got an index outside 0 .. num_embeddings - 1: "
+         "compare the indices you look up (token ids, positions, buckets) with the size of the table"),
+    Rule(lambda e: e.kind == "TypeError" and bool(re.search(
+            r"but got float|'float' object cannot be interpreted as an integer|must be int, not float", e.text)),
+         "a size or an index is a float: `/` always gives a float (8 / 2 is 4.0); use `//` or int()"),
+    Rule(lambda e: "shapes cannot be multiplied" in e.text,
+         "a matrix product (a linear layer, or @) got a tensor whose last dimension is not the size the "
+         "layer takes (its in_features): check which tensor reaches that line, and its shape"),
+    Rule(lambda e: bool(re.search(r"same dtype|expected scalar type", e.text)),
+         "tensors of two dtypes meet in one operation: make new tensors with the dtype of the inputs "
+         "(torch.zeros(..., dtype=x.dtype), or x.new_zeros(...))"),
+    Rule(lambda e: "Expected all tensors to be on the same device" in e.text,
+         "tensors on two devices meet in one operation: make new tensors on the inputs' device "
+         "(device=x.device)"),
+)
+
+
+def explain(error: RawError) -> str:
+    """The sentences of the rules that apply to `error` and that its message does not say yet, as
+    one clause to append to the message ("" if none)."""
+    said = error.message if isinstance(error.message, str) else ""
+    return "; ".join(rule.sentence for rule in RULES if _applies(rule, error) and rule.sentence not in said)
+
+
+def _applies(rule: Rule, error: RawError) -> bool:
+    try:
+        return bool(rule.applies(error))
+    except Exception:  # noqa: BLE001 - a rule can only add a sentence, never fail a message
+        return False

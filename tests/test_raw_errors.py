@@ -1,0 +1,87 @@
+"""The sentences the judge adds to raw errors from inside an answer (labtools/judge/raw_errors.py).
+
+The errors are real: raised by torch and Python inside code compiled as a notebook cell, sent over
+the wire as a kernel's agent sends them, and described by the runner as a student reads them."""
+
+from __future__ import annotations
+
+import linecache
+import itertools
+
+import pytest
+import torch
+
+from labtools.judge import raw_errors, runner, wire
+
+_cells = itertools.count()
+
+
+def _message(source: str, call: str, *args, wrap: str = "") -> str:
+    """What the runner says when `call` (defined by `source`, compiled as a notebook cell) raises;
+    `wrap`: the text of a test helper's AssertionError raised from it (else the error itself)."""
+    filename = f"/tmp/ipykernel_4242/{next(_cells)}.py"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    namespace = {"torch": torch, "nn": torch.nn}
+    exec(compile(source, filename, "exec"), namespace)
+    student = wire.Student(wire.LocalChannel(wire.Agent(namespace)))
+    with pytest.raises(wire.StudentRaised) as info:
+        getattr(student, call)(*args)
+    if not wrap:
+        return runner._describe_failure(info.value)[1]
+    try:
+        raise AssertionError(wrap) from info.value
+    except AssertionError as wrapped:
+        return runner._describe_failure(wrapped)[1]
+
+
+def test_an_answers_own_raise_on_an_allowed_call_is_named():
+    source = ("def heads(d_model, n_heads):\n"
+              "    if n_heads % d_model:\n"
+              "        raise ValueError(f'{d_model} is not divisible by {n_heads}')\n"
+              "    return d_model // n_heads\n")
+    message = _message(source, "heads", 16, 4, wrap="heads(16, 4) raised ValueError")
+    assert "`raise` of your own code" in message
+    assert message.index("raised at the notebook line") < message.index("`raise` of your own code")
+    # a test that expects an error of another type: the raise is wanted, only its type is not
+    message = _message(source, "heads", 16, 4, wrap="heads(16, 4) must raise TypeError, got ValueError")
+    assert "`raise` of your own code" not in message
+
+
+def test_an_embedding_index_outside_the_table_is_named():
+    source = ("table = nn.Embedding(4, 2)\n"
+              "def lookup(ids):\n"
+              "    return table(ids + 1)\n")
+    message = _message(source, "lookup", torch.tensor([0, 3]))
+    assert "index out of range in self" in message and "outside 0 .. num_embeddings - 1" in message
+
+
+def test_a_float_size_is_named():
+    source = ("def split(x, n):\n"
+              "    return x.view(x.shape[0], n, x.shape[1] / n)\n")
+    message = _message(source, "split", torch.zeros(2, 4), 2)
+    assert "a size or an index is a float" in message
+
+
+def test_a_matmul_of_the_wrong_width_and_mixed_dtypes_are_named():
+    layer = "lin = nn.Linear(4, 3)\ndef f(x):\n    return lin(x)\n"
+    assert "in_features" in _message(layer, "f", torch.zeros(2, 5))
+    assert "two dtypes" in _message(layer, "f", torch.zeros(2, 4, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("source, args", [
+    ("def f(a, b):\n    return a + b\n", (torch.zeros(2, 3), torch.zeros(2))),          # broadcasting
+    ("def f(x):\n    return x[5]\n", (torch.zeros(2),)),                                     # plain indexing
+    ("def f(x):\n    return {'a': 1}[x]\n", ("b",)),                                          # KeyError
+    ("def f(x):\n    return float(x)\n", ("nan-ish",)),                                       # ValueError
+])
+def test_other_errors_get_no_sentence(source, args):
+    bare = _message(source, "f", *args)
+    assert bare.endswith("`)"), bare          # ends with the notebook line: nothing appended
+
+
+def test_a_rule_never_breaks_a_message_and_never_repeats_what_it_says():
+    error = raw_errors.RawError("IndexError", "index out of range in self", "x = t(i)", "")
+    sentence = raw_errors.explain(error)
+    assert sentence and raw_errors.explain(raw_errors.RawError(
+        "IndexError", "index out of range in self", "x = t(i)", f"already: {sentence}")) == ""
+    assert raw_errors.explain(raw_errors.RawError(None, None, None, None)) == ""    # odd data: nothing
