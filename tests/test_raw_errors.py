@@ -5,6 +5,7 @@ the wire as a kernel's agent sends them, and described by the runner as a studen
 
 from __future__ import annotations
 
+import dataclasses
 import linecache
 import itertools
 
@@ -85,3 +86,39 @@ def test_a_rule_never_breaks_a_message_and_never_repeats_what_it_says():
     assert sentence and raw_errors.explain(raw_errors.RawError(
         "IndexError", "index out of range in self", "x = t(i)", f"already: {sentence}")) == ""
     assert raw_errors.explain(raw_errors.RawError(None, None, None, None)) == ""    # odd data: nothing
+    # a test that already said it in its own words gets no second sentence
+    float_size = raw_errors.RawError("TypeError", "type must be tuple of ints,but got float", "x.view(a / b)", "")
+    assert raw_errors.explain(float_size)
+    assert raw_errors.explain(dataclasses.replace(float_size, message="use d_model // n_heads")) == ""
+
+
+def test_a_diagnostic_that_crashes_never_hides_the_failure():
+    """A test helper whose diagnosis of a failure raises (a shape it did not expect) must leave the
+    student the failure it was explaining, not its own traceback."""
+    source = "def f(x):\n    return x.view(3, 3)\n"
+    filename = f"/tmp/ipykernel_4242/{next(_cells)}.py"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    namespace = {"torch": torch}
+    exec(compile(source, filename, "exec"), namespace)
+    student = wire.Student(wire.LocalChannel(wire.Agent(namespace)))
+    try:
+        try:
+            student.f(torch.zeros(4))
+        except Exception:
+            torch.zeros(4, 6).expand(6, 6)          # the diagnosis crashes
+    except RuntimeError as crash:
+        kind, message = runner._describe_failure(crash)
+    assert kind == "RuntimeError" and message.startswith("your code raised RuntimeError: shape '[3, 3]'"), message
+    assert "expand" not in message and message.endswith("`return x.view(3, 3)`)")
+    try:
+        try:
+            raise AssertionError("the weights differ")
+        except AssertionError:
+            {}["diagnosis"]
+    except KeyError as crash:
+        assert runner._describe_failure(crash) == ("AssertionError", "the weights differ")
+    # a crash of a test's own code with no failure behind it is still reported as it is
+    try:
+        {}["x"]
+    except KeyError as crash:
+        assert runner._describe_failure(crash)[0] == "KeyError"

@@ -289,7 +289,20 @@ def _explained(exc: BaseException, message: str) -> str:
     return f"{message}: {extra}" if extra else message
 
 
+def _failure_behind(exc: BaseException) -> BaseException:
+    """A test helper that crashed while it explained a failure (an error of the test's own code,
+    raised while it handled the answer's error or a failed check) must not hide that failure:
+    the student reads the failure it was handling."""
+    if isinstance(exc, (AssertionError, wire.StudentRaised, wire.WireError, wire.LabSetupError, JudgeTimeout)):
+        return exc
+    handled = exc.__context__
+    while handled is not None and not isinstance(handled, (AssertionError, wire.StudentRaised)):
+        handled = handled.__context__
+    return handled if handled is not None else exc
+
+
 def _describe_failure(exc: BaseException) -> tuple[str, str]:
+    exc = _failure_behind(exc)
     if isinstance(exc, wire.StudentRaised):
         return exc.student_type, _explained(exc, f"your code raised {exc.student_type}: {exc}{_where(exc)}")
     if isinstance(exc, AssertionError):
