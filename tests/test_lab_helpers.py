@@ -67,3 +67,24 @@ def test_the_notebook_objects_tests_read_cannot_be_rebound_or_changed(lab, name)
         assert any(name in f for f in found), (attack, found)
     for honest in ([f"{name} = {name}.eval()"] if name == "hf_model" else []) + [f"print({name})", f"def f({name}):\n    {name}.x = 1"]:
         assert reader.reaches_into_runtime(cells + [("answer", honest, True)], read) == [], honest
+
+
+@pytest.mark.parametrize("path", _lab_paths(), ids=lambda p: p.parent.name)
+def test_a_visible_test_copied_into_a_students_cell_uses_no_private_name(path):
+    """Students copy a visible test into a cell of their own to try it: the helpers it calls must be
+    the lab's public ones, since a private name of the lab's cells sends a submission to review.
+    (Other things a visible test may do and a student may not, such as reaching `labwire`, still
+    send such a copy to review: see docs/review-answers.md.)"""
+    import copy
+
+    import nbformat
+
+    from labtools.judge import runner
+
+    nb = nbcells.read(path)
+    submission = copy.deepcopy(nb)
+    for cell in [c for c in nb.cells if nbcells.is_autograded_test(c)]:
+        visible = re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", "", cell.source, flags=re.S)
+        submission.cells.append(nbformat.v4.new_code_cell(visible))
+    found = [f for f in runner.needs_review(nb, submission.cells) if "a private name of the lab's cells" in f]
+    assert not found, found
