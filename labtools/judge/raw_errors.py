@@ -2,8 +2,9 @@
 
 An error raised inside the student's code reaches them as the library's text plus the notebook
 line that raised it (wire.py). A few errors mean more than their text says: each rule here adds
-one sentence for one of them. A rule reads only facts of the error (its type, its text, the line),
-never the test or the lab, so it can only say what the error itself shows.
+one sentence for one of them. A rule reads only facts of the error (its type, its text, the line)
+and, to stay silent, the message so far (a test that expected an error, or already said the same
+thing); never the lab, so it can only say what the error itself shows.
 """
 
 from __future__ import annotations
