@@ -69,12 +69,22 @@ def test_the_notebook_objects_tests_read_cannot_be_rebound_or_changed(lab, name)
         assert reader.reaches_into_runtime(cells + [("answer", honest, True)], read) == [], honest
 
 
+def _parses(text):
+    import ast
+
+    try:
+        ast.parse(text)
+    except SyntaxError:
+        return False
+    return True
+
+
 @pytest.mark.parametrize("path", _lab_paths(), ids=lambda p: p.parent.name)
-def test_a_visible_test_copied_into_a_students_cell_uses_no_private_name(path):
-    """Students copy a visible test into a cell of their own to try it: the helpers it calls must be
-    the lab's public ones, since a private name of the lab's cells sends a submission to review.
-    (Other things a visible test may do and a student may not, such as reaching `labwire`, still
-    send such a copy to review: see docs/review-answers.md.)"""
+def test_a_visible_test_copied_into_a_students_cell_is_not_sent_to_review(path):
+    """Students copy a visible test into a cell of their own to try it. Copied whole, it runs the
+    lab's own lines (`labwire.manual_seed(student, 0)`, a helper it defines again), so nothing in it
+    sends the submission to review; one line of it changed, or the same line in a cell of the
+    student's own, is read as any student code is."""
     import copy
 
     import nbformat
@@ -82,9 +92,19 @@ def test_a_visible_test_copied_into_a_students_cell_uses_no_private_name(path):
     from labtools.judge import runner
 
     nb = nbcells.read(path)
+    tests = [c for c in nb.cells if nbcells.is_autograded_test(c)]
     submission = copy.deepcopy(nb)
-    for cell in [c for c in nb.cells if nbcells.is_autograded_test(c)]:
+    for cell in tests:
         visible = re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", "", cell.source, flags=re.S)
         submission.cells.append(nbformat.v4.new_code_cell(visible))
-    found = [f for f in runner.needs_review(nb, submission.cells) if "a private name of the lab's cells" in f]
-    assert not found, found
+    assert runner.needs_review(nb, submission.cells) == []
+    reaching = [c for c in tests if any("labwire." in l and _parses(l.strip())
+                                        for l in c.source.split("### BEGIN HIDDEN TESTS")[0].splitlines())]
+    for cell in reaching[:2]:
+        visible = re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", "", cell.source, flags=re.S)
+        line = next(l for l in visible.splitlines() if "labwire." in l and _parses(l.strip()))
+        for attack in ("labwire.Agent._op_call = print\n" + visible,
+                       "print('trying the test')\n" + line.strip(),
+                       visible + "\nlabwire.Agent.serve = print"):
+            found = runner.needs_review(nb, copy.deepcopy(nb).cells + [nbformat.v4.new_code_cell(attack)])
+            assert any(f.startswith("labwire") for f in found), (attack, found)

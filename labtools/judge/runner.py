@@ -112,22 +112,39 @@ def needs_review(source_nb, submission_cells) -> list[str]:
     lab_lines = {line.strip() for c in source_nb.cells if c.cell_type == "code"
                  and not nbcells.nbgrader_meta(c).get("locked") and not nbcells.is_solution(c)
                  for line in nbcells.strip_markers(c.source).splitlines() if line.strip()}
-    cells, texts = [], {}
+    visible_tests = {_visible_test(c.source) for c in source_nb.cells
+                     if c.cell_type == "code" and nbcells.is_autograded_test(c)} - {""}
+    cells, texts, copied_tests = [], {}, set()
     for i, cell in enumerate(_code_cells(submission_cells)):
         where, source = f"code cell {i + 1}", nbcells.strip_markers(cell.source)
-        cells.append((where, source, not is_lab_cell(cell, locked)))
+        if is_lab_cell(cell, locked) and locked[nbcells.grade_id(cell)] is None:
+            continue  # a test cell never runs in the kernel: what it binds there is not the kernel's
+        students = not is_lab_cell(cell, locked)
+        cells.append((where, source, students))
         texts[where] = source.splitlines()
+        if students and _visible_test(source) in visible_tests:
+            copied_tests.add(where)  # a visible test copied whole, to try it: its own reads are the lab's
     found = []
     for finding in reader.reaches_into_runtime(cells, notebook_names_read(source_nb)):
         where, _, line = finding.rpartition("(")[2].rstrip(")").partition(", line ")
         lines = texts.get(where, [])
         text = lines[int(line) - 1].strip() if line.isdigit() and 0 < int(line) <= len(lines) else None
-        if text not in lab_lines or finding.startswith(("rebinds ", "changes ")):
+        if finding.startswith(("rebinds ", "changes ")) or (text not in lab_lines and where not in copied_tests):
             found.append(finding)
     library = list((source_nb.metadata.get("labtools") or {}).get("pasted_from") or [])
     if library:
         found += copies.pasted([(where, source) for where, source, students in cells if students], library)
     return found
+
+
+def _visible_test(source: str) -> str:
+    """A test cell's visible code, compared line by line: hidden tests, comments and blank lines out.
+    A student's cell equal to one runs the lab's own lines, on names those lines bind (a name it reads
+    first is a helper the lab defines, which a student cell may not rebind, or the student's answer)."""
+    import re
+
+    visible = nbcells.strip_markers(re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", "", source, flags=re.S))
+    return "\n".join(line.strip() for line in visible.splitlines() if line.strip() and not line.strip().startswith("#"))
 
 
 def notebook_names_read(source_nb) -> set[str]:
