@@ -69,11 +69,36 @@ def test_a_matmul_of_the_wrong_width_and_mixed_dtypes_are_named():
     assert "two dtypes" in _message(layer, "f", torch.zeros(2, 4, dtype=torch.float64))
 
 
+@pytest.mark.parametrize("source, args, name", [
+    ("def f(x, generator=None):\n    return torch.randn(3, generator=generator, device=generator.device) + x\n",
+     (torch.zeros(3),), "generator"),
+    ("def f(w, tokens=None):\n    labels = range(len(tokens))\n    return w\n", (torch.zeros(3),), "tokens"),
+    ("def f(x, mask=None):\n    return x.masked_fill(~mask[None], 0.0)\n", (torch.zeros(3),), "mask"),
+    ("def helper(x):\n    x.add_(1)\n\ndef f(x):\n    y = helper(x)\n    return y.sum()\n", (torch.zeros(3),), None),
+])
+def test_a_none_that_an_answer_uses_is_named_when_the_line_shows_it(source, args, name):
+    message = _message(source, "f", *args)
+    if name is None:  # `y.sum()`: the line names y, the error names the attribute: y it is
+        assert "`y` is None on that line" in message and "returns nothing" in message, message
+    else:
+        assert f"`{name}` is None on that line" in message and f"if {name} is not None" in message, message
+
+
+def test_a_tensor_used_as_a_condition_is_named():
+    source = "def f(x, mask=None):\n    if mask:\n        x = x.masked_fill(~mask, 0.0)\n    return x\n"
+    message = _message(source, "f", torch.zeros(2, 2), torch.ones(2, 2, dtype=torch.bool))
+    assert "used as a condition" in message and "is not None" in message, message
+    # a one-element mask is a fine condition: the error that follows is another one, and gets no such sentence
+    one = "def f(x, mask=None):\n    if mask:\n        x = x + 1\n    return x.view(5)\n"
+    assert "used as a condition" not in _message(one, "f", torch.zeros(2, 2), torch.ones(1, dtype=torch.bool))
+
+
 @pytest.mark.parametrize("source, args", [
     ("def f(a, b):\n    return a + b\n", (torch.zeros(2, 3), torch.zeros(2))),          # broadcasting
     ("def f(x):\n    return x[5]\n", (torch.zeros(2),)),                                     # plain indexing
     ("def f(x):\n    return {'a': 1}[x]\n", ("b",)),                                          # KeyError
     ("def f(x):\n    return float(x)\n", ("nan-ish",)),                                       # ValueError
+    ("def f(a, b=None):\n    return a.view(b)\n", (torch.zeros(2), None)),                     # None, no name shown
 ])
 def test_other_errors_get_no_sentence(source, args):
     bare = _message(source, "f", *args)

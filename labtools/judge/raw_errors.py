@@ -46,18 +46,53 @@ RULES = (
     Rule(lambda e: bool(re.search(r"same dtype|expected scalar type", e.text)),
          "tensors of two dtypes meet in one operation: make new tensors with the dtype of the inputs "
          "(torch.zeros(..., dtype=x.dtype), or x.new_zeros(...))"),
+    Rule(lambda e: "Boolean value of Tensor with more than one value is ambiguous" in e.text,
+         "a tensor of several values is used as a condition (`if mask:`, `while t:`, `and`, `or`): to ask "
+         "whether an argument was given compare it with None (`if mask is not None:`); to ask about its values "
+         "reduce them first (`.any()`, `.all()`)"),
     Rule(lambda e: "Expected all tensors to be on the same device" in e.text,
          "tensors on two devices meet in one operation: make new tensors on the inputs' device "
          "(device=x.device)"),
 )
 
 
+def _none_name(error: RawError) -> str:
+    """The name that holds None on the line that raised, when the error and the line show it
+    (`'NoneType' object has no attribute 'device'` on `... generator.device ...`)."""
+    attribute = re.search(r"'NoneType' object has no attribute '(\w+)'", error.text)
+    if attribute:
+        found = re.findall(rf"([A-Za-z_][\w.]*)\.{attribute.group(1)}\b", error.line)
+    elif "object of type 'NoneType' has no len()" in error.text:
+        found = re.findall(r"\blen\(\s*([A-Za-z_][\w.]*)\s*\)", error.line)
+    elif re.search(r"'NoneType' object is not (subscriptable|iterable)", error.text):
+        found = re.findall(r"([A-Za-z_][\w.]*)\s*\[", error.line) if "subscriptable" in error.text \
+            else re.findall(r"\bin\s+([A-Za-z_][\w.]*)\s*:", error.line)
+    else:
+        return ""
+    names = set(found)
+    return names.pop() if len(names) == 1 else ""
+
+
+def _none_sentence(error: RawError) -> str:
+    name = _none_name(error)
+    return (f"`{name}` is None on that line: a parameter whose default is None (a mask, a generator, the "
+            f"tokens) must be handled before it is used (`if {name} is not None:`), and a value assigned from "
+            "a call that returns nothing (a missing `return`, an in-place method) is None too") if name else ""
+
+
 def explain(error: RawError) -> str:
     """The sentences of the rules that apply to `error` and that its message does not say yet, as
     one clause to append to the message ("" if none)."""
     said = error.message if isinstance(error.message, str) else ""
-    return "; ".join(rule.sentence for rule in RULES
-                     if _applies(rule, error) and rule.sentence not in said and not re.search(rule.said, said))
+    sentences = [rule.sentence for rule in RULES
+                 if _applies(rule, error) and rule.sentence not in said and not re.search(rule.said, said)]
+    try:
+        named = _none_sentence(error)
+    except Exception:  # noqa: BLE001 - it can only add a sentence
+        named = ""
+    if named and named not in said:
+        sentences.append(named)
+    return "; ".join(sentences)
 
 
 def _applies(rule: Rule, error: RawError) -> bool:
