@@ -93,6 +93,14 @@ def test_a_tensor_used_as_a_condition_is_named():
     assert "used as a condition" not in _message(one, "f", torch.zeros(2, 2), torch.ones(1, dtype=torch.bool))
 
 
+@pytest.mark.parametrize("line", ["causal = torch.ones(3, 3).tril()\n    return causal & m",
+                                  "return ~torch.ones(3, 3).tril() | m"])
+def test_a_float_mask_combined_with_a_bitwise_operator_is_named(line):
+    message = _message(f"def f(m):\n    {line}\n", "f", torch.ones(3, 3, dtype=torch.bool))
+    assert "work on bool (or integer) tensors, not on floats" in message, message
+    assert "not on floats" not in _message("def f(m):\n    return m & torch.ones(2)\n", "f", torch.ones(3, dtype=torch.bool))
+
+
 @pytest.mark.parametrize("source, args", [
     ("def f(a, b):\n    return a + b\n", (torch.zeros(2, 3), torch.zeros(2))),          # broadcasting
     ("def f(x):\n    return x[5]\n", (torch.zeros(2),)),                                     # plain indexing

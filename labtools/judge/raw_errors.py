@@ -50,6 +50,10 @@ RULES = (
          "a tensor of several values is used as a condition (`if mask:`, `while t:`, `and`, `or`): to ask "
          "whether an argument was given compare it with None (`if mask is not None:`); to ask about its values "
          "reduce them first (`.any()`, `.all()`)"),
+    Rule(lambda e: bool(re.search(r"\"bitwise_(and|or|xor|not)_\w+\" not implemented for '(Float|Double|Half|BFloat16)'"
+                                  r"|invert\) is only implemented on integer and Boolean", e.text)),
+         "`&`, `|` and `~` work on bool (or integer) tensors, not on floats: make a mask bool before combining it "
+         "(torch.ones(L, L, dtype=torch.bool).tril(), or a comparison such as mask != 0)"),
     Rule(lambda e: "Expected all tensors to be on the same device" in e.text,
          "tensors on two devices meet in one operation: make new tensors on the inputs' device "
          "(device=x.device)"),
