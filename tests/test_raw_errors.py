@@ -101,6 +101,16 @@ def test_a_float_mask_combined_with_a_bitwise_operator_is_named(line):
     assert "not on floats" not in _message("def f(m):\n    return m & torch.ones(2)\n", "f", torch.ones(3, dtype=torch.bool))
 
 
+def test_a_parameter_replaced_by_a_tensor_and_a_heatmap_of_the_wrong_rank_are_named():
+    source = "lin = nn.Linear(2, 2)\ndef load(w):\n    lin.weight = w.clone()\n    return lin\n"
+    message = _message(source, "load", torch.ones(2, 2))
+    assert "only be replaced by an nn.Parameter" in message and "copy_" in message, message
+    plot = ("import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+            "def draw(w):\n    fig, ax = plt.subplots()\n    ax.imshow(w[0].numpy())\n    return fig\n")
+    assert "imshow draws a matrix" in _message(plot, "draw", torch.ones(3, 4))
+    assert "imshow draws a matrix" not in _message(plot, "draw", ["ab"])  # no array at all: another error
+
+
 @pytest.mark.parametrize("source, args", [
     ("def f(a, b):\n    return a + b\n", (torch.zeros(2, 3), torch.zeros(2))),          # broadcasting
     ("def f(x):\n    return x[5]\n", (torch.zeros(2),)),                                     # plain indexing

@@ -54,6 +54,13 @@ RULES = (
                                   r"|invert\) is only implemented on integer and Boolean", e.text)),
          "`&`, `|` and `~` work on bool (or integer) tensors, not on floats: make a mask bool before combining it "
          "(torch.ones(L, L, dtype=torch.bool).tril(), or a comparison such as mask != 0)"),
+    Rule(lambda e: bool(re.search(r"cannot assign '[\w.]+' as parameter '\w+' \(torch.nn.Parameter or None expected\)",
+                                  e.text)),
+         "a module's parameter can only be replaced by an nn.Parameter: copy the values into the one it has "
+         "(with torch.no_grad(): param.copy_(values)), or wrap them, nn.Parameter(values)"),
+    Rule(lambda e: bool(re.search(r"Invalid shape \([\d, ]*\) for image data", e.text)),
+         "imshow draws a matrix: give it a 2-D array (rows x columns), and check the shape of what reaches that "
+         "line (an index too many leaves one row; a batch axis too many leaves 3 or 4 dimensions)"),
     Rule(lambda e: "Expected all tensors to be on the same device" in e.text,
          "tensors on two devices meet in one operation: make new tensors on the inputs' device "
          "(device=x.device)"),
