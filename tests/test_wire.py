@@ -451,11 +451,12 @@ def test_a_student_error_says_which_notebook_line_raised():
         student.joined(torch.zeros(2, 3), torch.zeros(2))
     assert info.value.notebook_line == "return torch.cat([a, b.unsqueeze(0)])"   # torch's own frames skipped
     _, message = runner._describe_failure(info.value)
-    assert message.endswith("(raised at the notebook line `return torch.cat([a, b.unsqueeze(0)])`)")
+    assert message.endswith("(raised at the notebook line `return torch.cat([a, b.unsqueeze(0)])`): "
+                            "on that line a is (2, 3), b is (2,)"), message
     try:                                              # a test helper's AssertionError raised from it
         raise AssertionError("joined(...) raised RuntimeError") from info.value
     except AssertionError as wrapped:
-        assert runner._describe_failure(wrapped)[1].endswith("`return torch.cat([a, b.unsqueeze(0)])`)")
+        assert "`return torch.cat([a, b.unsqueeze(0)])`)" in runner._describe_failure(wrapped)[1]
     # code that is no notebook cell's (a library, the lab's helpers) gives no line
     with pytest.raises(ValueError) as info:
         _student({"f": lambda: int("x")}).f()
@@ -470,3 +471,16 @@ def test_a_forged_line_is_only_short_text(forged, kept):
     """The line comes from the student's side: whatever it sends, the judge keeps one short line of
     printable text (the report escapes it like every message)."""
     assert wire._clean_line(forged) == kept
+
+
+@pytest.mark.parametrize("forged, kept", [
+    ([["x", "tensor", [2, 3]], ["L", "number", 10], ["xs", "sequence", 4]],
+     (("x", "tensor", (2, 3)), ("L", "number", 10), ("xs", "sequence", 4))),
+    ([["<b>x</b>", "tensor", [2]], ["x", "code", "print(1)"], ["x", "tensor", [-1]], ["x", "tensor", ["2"]],
+      ["x", "number", float("nan")], ["x", "sequence", 2.5], "x", ["x", "tensor"]], ()),
+    ("not a list", ()), ([["n", "number", 1]] * 50, (("n", "number", 1),) * wire.MAX_LINE_VALUES),
+])
+def test_forged_line_values_are_only_names_shapes_and_numbers(forged, kept):
+    """What the names on a raising line held comes from the student's side: the judge keeps only
+    entries that are a plain name (or attribute chain) with a shape, a finite number or a length."""
+    assert wire._clean_values(forged) == kept

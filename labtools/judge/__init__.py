@@ -4,6 +4,9 @@
   submission, and returns typed `Verdict`s; `needs_review` reads the submission first.
 - reader.py: the one reader of student code (the allowlist, and forbidden calls).
 - wire.py: calls to the student's code as data (the kernel's `Agent`, `student`, `lab`).
+- raw_errors.py: what a raw error from inside an answer shows of its cause (a clause added to it).
+- differences.py: what a wrong tensor shows of how it differs from the expected one
+  (`labwire.describe_difference`, for the tests' messages).
 - kernel_channel.py: the wire's bytes through a real kernel's stdin.
 - embed.py: what of the above travels into a kernel as text (the handle cell, the agent).
 - harness.py: the same judge over an in-process namespace, for the grader fixtures.

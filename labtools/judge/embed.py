@@ -3,21 +3,22 @@
 Two pieces of the judge run in the student's process, and both arrive there as source
 text rather than as an import, because a grading kernel (or a student's Colab) may not
 have labtools installed and must never import the grader's package from its own
-folder: the read-only handle cell of every judged lab (`handle_cell_source`: the wire
-and the reader, exec'd into a module of their own, `labwire`, and `student`/`lab`), and
+folder: the read-only handle cell of every judged lab (`handle_cell_source`: the wire,
+the reader and the difference describer, exec'd into a module of their own, `labwire`, and `student`/`lab`), and
 the grader's agent (`agent_bootstrap`: the wire, installed under a random module name).
-Any edit of wire.py or reader.py changes every lab's handle cell: run `labtools build`.
+Any edit of wire.py, reader.py or differences.py changes every lab's handle cell: run `labtools build`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from . import reader, wire
+from . import differences, reader, wire
 
 HANDLE_GRADE_ID = "given_student_handle"
 WIRE_SOURCE = Path(wire.__file__).read_text()
 RULES_SOURCE = Path(reader.__file__).read_text()
+DIFFERENCES_SOURCE = Path(differences.__file__).read_text()
 
 
 def handle_cell_source() -> str:
@@ -26,7 +27,7 @@ def handle_cell_source() -> str:
     return ("# @title How the tests call your code (read-only; you do not need to read it)\n"
             "import types as _types\n\n"
             "labwire = _types.ModuleType(\"labwire\")\n"
-            f"exec({WIRE_SOURCE + chr(10) + RULES_SOURCE!r}, labwire.__dict__)\n"
+            f"exec({WIRE_SOURCE + chr(10) + RULES_SOURCE + chr(10) + DIFFERENCES_SOURCE!r}, labwire.__dict__)\n"
             "student = labwire.Student(labwire.LocalChannel(labwire.Agent(globals())))\n"
             "lab = labwire.Lab(student._channel)  # the lab's own helpers: here, this notebook's\n\n\n"
             "def calls_in_answer(entry, targets):\n"

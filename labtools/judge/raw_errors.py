@@ -2,8 +2,8 @@
 
 An error raised inside the student's code reaches them as the library's text plus the notebook
 line that raised it (wire.py). A few errors mean more than their text says: each rule here adds
-one sentence for one of them. A rule reads only facts of the error (its type, its text, the line)
-and, to stay silent, the message so far (a test that expected an error, or already said the same
+one sentence for one of them. A rule reads only facts of the error (its type, its text, the line,
+what the names on that line held: shapes, numbers, lengths) and, to stay silent, the message so far (a test that expected an error, or already said the same
 thing); never the lab, so it can only say what the error itself shows.
 """
 
@@ -20,6 +20,7 @@ class RawError:
     text: str  # its message
     line: str  # the notebook line that raised it ("" if none)
     message: str  # what the student reads so far
+    values: tuple = ()  # (name, kind, value) of the names on that line: "tensor" shape, "number", "sequence" length
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,89 @@ def _none_sentence(error: RawError) -> str:
             "a call that returns nothing (a missing `return`, an in-place method) is None too") if name else ""
 
 
+def _shape(shape) -> str:
+    return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _held(error: RawError) -> str:
+    """What the names on the raising line held, as a clause ("x is (3, 10, 16), L = 10")."""
+    parts = []
+    for name, kind, value in error.values:
+        if kind == "tensor":
+            parts.append(f"{name} is {_shape(value)}")
+        elif kind == "number":
+            parts.append(f"{name} = {value:.4g}" if isinstance(value, float) else f"{name} = {value}")
+        else:
+            parts.append(f"len({name}) = {value}")
+    return ", ".join(parts[:8])
+
+
+_BROADCAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension")
+_OUT_OF_BOUNDS = re.compile(r"index (-?\d+) is out of bounds for dimension (\d+) with size (\d+)")
+_ABOUT_SIZES = re.compile(r"size|shape|dimension|out of bounds|out of range|must match|cannot be multiplied")
+
+
+def _misaligned(error: RawError) -> str:
+    """A broadcast error where a tensor of the line matches a block of another's dimensions that
+    is not at its end: broadcasting aligns shapes from the right, so it met the wrong axes."""
+    sizes = _BROADCAST.search(error.text)
+    if not sizes:
+        return ""
+    clash = {int(sizes.group(1)), int(sizes.group(2))}
+    tensors = [(name, value) for name, kind, value in error.values if kind == "tensor"]
+    for small, s in tensors:
+        for big, b in tensors:
+            if small == big or not 0 < len(s) < len(b) or b[len(b) - len(s):] == s or not clash & set(s):
+                continue
+            for start in range(len(b) - len(s) - 1, -1, -1):
+                if b[start:start + len(s)] == s:
+                    fixed = _shape(s + (1,) * (len(b) - start - len(s)))
+                    what = "dimension" if len(s) == 1 else f"{len(s)} dimensions"
+                    return (f"broadcasting lines shapes up from the right, so {small} {_shape(s)} meets the last "
+                            f"{what} of {big} {_shape(b)}, not the {what} of the same size from its dimension "
+                            f"{start}: to go along those, give {small} the shape {fixed} ({small}[..., None], "
+                            ".unsqueeze(-1), or keepdim=True where it comes from a sum, a max or a mean)")
+    return ""
+
+
+def _subscripts(line: str):
+    """(name, [index expressions]) of each `name[...]` on a line, the expressions split at top-level commas."""
+    for found in re.finditer(r"([A-Za-z_][\w.]*)\[", line):
+        depth, start, parts = 1, found.end(), []
+        for i in range(found.end(), len(line)):
+            c = line[i]
+            if c in "([{":
+                depth += 1
+            elif c in ")]}":
+                depth -= 1
+                if depth == 0:
+                    parts.append(line[start:i].strip())
+                    yield found.group(1), parts
+                    break
+            elif c == "," and depth == 1:
+                parts.append(line[start:i].strip())
+                start = i + 1
+
+
+def _index_past_end(error: RawError) -> str:
+    """An IndexError whose index is a name on the line used at a dimension of another size."""
+    found = _OUT_OF_BOUNDS.search(error.text)
+    if not found:
+        return ""
+    index, dim, size = (int(g) for g in found.groups())
+    held = {name: (kind, value) for name, kind, value in error.values}
+    for tensor, parts in _subscripts(error.line):
+        kind, shape = held.get(tensor, (None, None))
+        if kind != "tensor" or dim >= len(parts) or dim >= len(shape) or shape[dim] != size:
+            continue
+        used = parts[dim]
+        if held.get(used, (None, None)) == ("number", index):
+            return (f"in `{tensor}[{', '.join(parts)}]`, {used} = {index} is the index of dimension {dim} of "
+                    f"{tensor} {_shape(shape)}, whose size is {size}: check that each index runs over the "
+                    "dimension it stands at (and the range of the loop that makes it)")
+    return ""
+
+
 def explain(error: RawError) -> str:
     """The sentences of the rules that apply to `error` and that its message does not say yet, as
     one clause to append to the message ("" if none)."""
@@ -103,7 +187,22 @@ def explain(error: RawError) -> str:
         named = ""
     if named and named not in said:
         sentences.append(named)
+    sentences += _about_shapes(error, said)
     return "; ".join(sentences)
+
+
+def _about_shapes(error: RawError, said: str) -> list[str]:
+    """For an error about sizes or shapes: what the line's tensors were, and why they clash when
+    the shapes show it."""
+    try:
+        if not error.values or error.kind == "TypeError" or not _ABOUT_SIZES.search(str(error.text)):
+            return []
+        held = _held(error)
+        out = [f"on that line {held}"] if held and held not in said else []
+        why = _misaligned(error) or _index_past_end(error)
+        return out + ([why] if why and why not in said else [])
+    except Exception:  # noqa: BLE001 - it can only add a sentence
+        return []
 
 
 def _applies(rule: Rule, error: RawError) -> bool:

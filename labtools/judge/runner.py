@@ -23,10 +23,11 @@ import ast
 import contextlib
 import io
 import traceback
+import types
 from dataclasses import dataclass, field
 
 from .. import nbcells
-from . import copies, raw_errors, reader, wire
+from . import copies, differences, raw_errors, reader, wire
 from .embed import HANDLE_GRADE_ID
 from .kernel_channel import JudgeTimeout
 
@@ -213,6 +214,13 @@ def _cache_for(cells) -> dict:
     return _CACHES.setdefault(key, {})
 
 
+# `labwire` as the tests see it: the wire, and what the notebook's handle cell adds beside it
+# (embed.py), so that a test says the same in the notebook and here.
+_LABWIRE = types.ModuleType("labwire")
+_LABWIRE.__dict__.update(vars(wire))
+_LABWIRE.describe_difference = differences.describe_difference
+
+
 class Judge:
     """Runs the tests of one lab's source notebook against one submission."""
 
@@ -226,7 +234,7 @@ class Judge:
         self._setup_error = ""
         # `lab.X`: the lab's helpers where the student's code runs, built there from this text
         lab_text = "\n\n".join(nbcells.strip_markers(c.source) for c in self._cells)
-        self.namespace = {"__name__": "__judge__", "student": wire.Student(channel), "labwire": wire,
+        self.namespace = {"__name__": "__judge__", "student": wire.Student(channel), "labwire": _LABWIRE,
                           "lab": wire.Lab(channel, lab_text), "JUDGE_CACHE": _cache_for(self._cells)}
         cells = _code_cells(submission_sources)
         locked = lab_cell_ids(source_nb)
@@ -302,7 +310,8 @@ def _explained(exc: BaseException, message: str) -> str:
     raised = _raised_by_answer(exc)
     if raised is None:
         return message
-    extra = raw_errors.explain(raw_errors.RawError(raised.student_type, str(raised), raised.notebook_line, message))
+    extra = raw_errors.explain(raw_errors.RawError(raised.student_type, str(raised), raised.notebook_line, message,
+                                                   raised.line_values))
     return f"{message}: {extra}" if extra else message
 
 

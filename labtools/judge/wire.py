@@ -46,6 +46,7 @@ class StudentRaised(Exception):
 
     student_type = "Exception"
     notebook_line = ""  # the line of the notebook that raised, when a cell is on the traceback
+    line_values = ()  # (name, kind, value) for the names on that line: shapes, numbers, lengths
 
 
 _BUILTIN_ERRORS = {cls.__name__: cls for cls in (
@@ -71,6 +72,126 @@ def _notebook_line(exc):
     except Exception:  # noqa: BLE001 - only a hint: a traceback that cannot be read gives none
         pass
     return ""
+
+
+MAX_LINE_VALUES = 12
+_LINE_KINDS = ("tensor", "number", "sequence")
+
+
+def _cell_traceback(exc):
+    """The deepest traceback entry of `exc` that runs in a notebook cell, or None."""
+    found, tb = None, exc.__traceback__
+    while tb is not None:
+        if _CELL_FILE.search(tb.tb_frame.f_code.co_filename or ""):
+            found = tb
+        tb = tb.tb_next
+    return found
+
+
+def _names_on(line):
+    """The names and attribute chains a line of code reads (`x`, `self.pe`), in order, once each;
+    keywords, strings and comments skipped."""
+    import io
+    import keyword
+    import tokenize
+
+    chains, chain, after_dot, previous = [], [], False, ""
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(line).readline):
+            name = tok.type == tokenize.NAME and not keyword.iskeyword(tok.string)
+            if name and (after_dot or not chain) and (chain or previous != "."):
+                chain.append(tok.string)
+                after_dot = False
+            elif tok.type == tokenize.OP and tok.string == "." and chain and not after_dot:
+                after_dot = True
+            else:
+                if chain:
+                    chains.append(".".join(chain))
+                chain, after_dot = [], False
+                if name and previous != ".":
+                    chain = [tok.string]
+            previous = tok.string
+    except (tokenize.TokenError, SyntaxError, IndentationError):  # a line of a longer statement
+        pass
+    if chain:
+        chains.append(".".join(chain))
+    return list(dict.fromkeys(chains))
+
+
+def _static_attribute(obj, name):
+    """obj.name read from the object's own storage (a module's parameters, buffers and
+    submodules, or its __dict__) without running a property or __getattr__; _MISSING if absent."""
+    stored = getattr(obj, "__dict__", None)
+    if type(stored) is not dict:
+        return _MISSING
+    if isinstance(obj, torch.nn.Module):
+        for group in ("_parameters", "_buffers", "_modules"):
+            table = stored.get(group)
+            if type(table) is dict and name in table:
+                return table[name]
+    return stored.get(name, _MISSING)
+
+
+_MISSING = object()
+
+
+def _line_value(value):
+    """(kind, value) of what a name held, as data a message may quote; None for anything else."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return "tensor", [int(n) for n in value.shape][:8]
+    if type(value) in (int, float) and value == value and abs(value) != float("inf"):
+        return "number", value
+    if type(value) in (list, tuple, torch.Size):
+        return "sequence", len(value)
+    return None
+
+
+def _line_values(exc, line):
+    """What the names on the line that raised held at that moment: shapes of tensors and arrays,
+    numbers, lengths. Only a hint for the message: the judge reads it as data, never as a verdict."""
+    out = []
+    try:
+        tb = _cell_traceback(exc)
+        if tb is None or not line:
+            return out
+        frame = tb.tb_frame
+        for chain in _names_on(line):
+            parts = chain.split(".")
+            value = frame.f_locals.get(parts[0], frame.f_globals.get(parts[0], _MISSING))
+            for depth, part in enumerate(parts[1:], start=1):
+                inner = _static_attribute(value, part)
+                if inner is _MISSING:  # a method or a property: the chain up to it is what was read
+                    parts = parts[:depth]
+                    break
+                value = inner
+            described = None if value is _MISSING else _line_value(value)
+            name = ".".join(parts)
+            if described is not None and all(entry[0] != name for entry in out):
+                out.append([name, *described])
+            if len(out) >= MAX_LINE_VALUES:
+                break
+    except Exception:  # noqa: BLE001 - only a hint: whatever fails gives none
+        return []
+    return out
+
+
+def _clean_values(value):
+    """The names on the raising line as the other side sent them, kept only when they are the data
+    `_line_values` makes: (name, "tensor", shape), (name, "number", value) or (name, "sequence", length)."""
+    kept = []
+    for entry in value[:MAX_LINE_VALUES] if isinstance(value, list) else []:
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
+                and re.fullmatch(r"[A-Za-z_]\w{0,40}(\.[A-Za-z_]\w{0,40}){0,3}", entry[0]) and entry[1] in _LINE_KINDS):
+            continue
+        name, kind, data = entry
+        if kind == "tensor" and isinstance(data, list) and len(data) <= 8 and all(
+                type(n) is int and 0 <= n < 1 << 48 for n in data):
+            kept.append((name, kind, tuple(data)))
+        elif kind == "number" and type(data) in (int, float) and data == data and abs(data) < 1e300:
+            kept.append((name, kind, data))
+        elif kind == "sequence" and type(data) is int and 0 <= data < 1 << 48:
+            kept.append((name, kind, data))
+    return tuple(kept)
 
 
 def _clean_line(value):
@@ -466,9 +587,10 @@ class Agent:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
             encoder = _Encoder(self._ref)
+            line = _notebook_line(exc)
             result = {"raised": {"type": type(exc).__name__, "message": str(exc)[:2000],
                                  "bases": [c.__name__ for c in type(exc).__mro__],
-                                 "line": _notebook_line(exc)}}
+                                 "line": line, "values": _line_values(exc, line)}}
         self._after = []
         return pack(result, encoder.tensors)
 
@@ -699,6 +821,7 @@ class Channel:
             error = _raised_type(raised.get("type", "Exception"), list(raised.get("bases", [])))(
                 str(raised.get("message", "")))
             error.notebook_line = _clean_line(raised.get("line"))  # where it was raised: a hint, never a verdict
+            error.line_values = _clean_values(raised.get("values"))  # what its names held: a hint too
             raise error
         value = self._decode_reply(reply_tree.get("value"), tensors)
         if sent is not None:

@@ -1,0 +1,114 @@
+"""What a wrong tensor shows about how it differs from the expected one (labtools/judge/differences.py).
+
+Each case builds a wrong result from a fresh expected tensor by one mistake's effect and checks
+the sentence measures it; right results computed another way, and unrelated numbers, get none."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from labtools.judge.differences import describe_difference as describe
+from labtools.judge.runner import _LABWIRE
+
+AXES = ("batch", "head", "query", "key")
+
+
+def _weights(seed, shape=(2, 3, 5, 5)):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen).softmax(-1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_one_relation_on_every_entry_is_measured(seed):
+    want = _weights(seed)
+    d_k, said = [(16, "0.25 (= 1/4 = 1/sqrt(16))"), (64, "0.125 (= 1/8 = 1/sqrt(64))"), (8, "0.3536 (= 1/sqrt(8))")][seed]
+    assert describe(want / math.sqrt(d_k), want, AXES) == f"your result is the expected one times {said}"
+    assert describe(want * 3.7, want).startswith("your result is the expected one times 3.7")
+    assert describe(want + 0.25, want) == "your result is the expected one plus 0.25 (= 1/4 = 1/sqrt(16)) everywhere"
+    assert describe(-want, want) == "your result is the expected one with the opposite sign"
+    assert describe(want.log(), want).startswith("your numbers are the log of the expected ones")
+    assert describe(want.exp(), want).startswith("your numbers are the exp of the expected ones")
+    assert describe(2 * want - 1, want) == "your result is 2 times the expected one plus -1"
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_axes_in_another_order_or_regrouped_are_named(seed):
+    want = _weights(seed, (2, 3, 4, 5))
+    assert describe(want.transpose(1, 2), want, AXES) == (
+        "your result holds the right numbers with its dimensions in another order: (batch, query, head, key) where "
+        "the expected order is (batch, head, query, key); move them back with .permute or .transpose")
+    assert "regrouped the way a reshape or a view regroups them" in describe(want.transpose(1, 2).reshape(want.shape), want)
+    assert "regrouped the way a reshape" in describe(want.transpose(1, 2).reshape(2, 4, 15), want)
+    assert describe(want[None], want).startswith("your result holds the right numbers with an extra dimension of size 1")
+    square = _weights(seed, (2, 4, 4))
+    assert describe(square.transpose(-1, -2), square, ("batch", "query", "key")) == \
+        "your result is the expected one with its last two dimensions (query, key) swapped"
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_slices_that_hold_other_slices_are_named(seed):
+    want = _weights(seed, (3, 2, 6, 4))
+    shifted = torch.cat([want[:, :, :1], want[:, :, :-1]], dim=2)   # position i holds position i-1
+    shifted[:, :, 0] = want[:, :, 0]
+    assert describe(shifted, want, AXES).startswith(
+        "your result is the expected one shifted by 1 along query: your query i holds the expected query i-1")
+    assert describe(want[:1].expand_as(want), want, AXES) == "every batch of your result holds the expected batch 0"
+    assert describe(want.flip(2), want, AXES) == "your result is the expected one reversed along query"
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_where_the_difference_lies_is_measured(seed):
+    want = _weights(seed, (2, 3, 6, 6))
+    rows = want.clone()
+    rows[:, :, 2:] += 0.1                                    # queries 2.. wrong, 0-1 right
+    assert describe(rows, want, AXES) == "it differs at query 2-5 and is right at query 0-1"
+    heads = want.clone()
+    heads[:, 1] *= 2
+    assert describe(heads, want, AXES) == "it differs at head 1 and is right at head 0, 2"
+    future = want + 0.05 * torch.ones(6, 6).triu(1)           # the future keys leak
+    assert describe(future, want, AXES) == \
+        "it differs only above the diagonal of the last two dimensions (query, key)"
+    causal = want.masked_fill(~torch.ones(6, 6, dtype=torch.bool).tril(), 0.0)
+    causal = causal / causal.sum(-1, keepdim=True)
+    unmasked = causal.clone()
+    unmasked[..., ~torch.ones(6, 6, dtype=torch.bool).tril()] = 0.01
+    said = describe(unmasked, causal, AXES)
+    assert said.startswith("it differs exactly where the expected value is 0"), said
+    nan = want.clone()
+    nan[0, 0, 0, 0] = float("nan")
+    assert describe(nan, want, AXES) == f"1 of {want.numel()} entries are NaN"
+
+
+@pytest.mark.parametrize("seed", [9, 10, 11])
+def test_right_answers_and_unrelated_numbers_get_no_sentence(seed):
+    gen = torch.Generator().manual_seed(seed)
+    scores = torch.randn(2, 5, 7, generator=gen)
+    want = torch.softmax(scores.double(), dim=-1)
+    mine = torch.exp(scores - scores.amax(-1, keepdim=True))
+    assert describe(mine / mine.sum(-1, keepdim=True), want) == ""            # right, another way, float32
+    assert describe(torch.rand(2, 5, 7, generator=gen), want) == ""             # nothing simple holds
+    assert describe(torch.randn(2, 5, 7, generator=gen), torch.randn(2, 5, 7, generator=gen)) == ""
+    assert describe(np.asarray(want) * 2, want).endswith("times 2")             # arrays and lists too
+    assert describe([[1.0, 2.0]], [[2.0, 4.0]]) == "your result is the expected one times 0.5 (= 1/2 = 1/sqrt(4))"
+
+
+@pytest.mark.parametrize("odd", [None, "text", {"a": 1}, [1, "x"], torch.zeros(0), object(),
+                                 torch.zeros(3, dtype=torch.complex64)])
+def test_odd_values_never_raise(odd):
+    assert describe(odd, torch.ones(3)) == "" and describe(torch.ones(3), odd) == ""
+
+
+def test_the_judge_and_the_notebook_see_the_same_describer():
+    """Tests call it as labwire.describe_difference: the judge's labwire has it, and the handle cell
+    every lab holds defines it from the same source."""
+    from labtools.judge import embed
+
+    assert _LABWIRE.describe_difference is describe and _LABWIRE.Student is not None
+    namespace = {}
+    exec(embed.handle_cell_source(), namespace)
+    want = _weights(12)
+    assert namespace["labwire"].describe_difference(want * 2, want) == describe(want * 2, want)
