@@ -112,3 +112,15 @@ def test_the_judge_and_the_notebook_see_the_same_describer():
     exec(embed.handle_cell_source(), namespace)
     want = _weights(12)
     assert namespace["labwire"].describe_difference(want * 2, want) == describe(want * 2, want)
+
+
+def test_a_constant_and_integer_results_are_described_as_such():
+    want = _weights(13, (2, 6))
+    assert describe(torch.ones(2, 6), want) == "every entry of your result is 1"
+    ids = torch.tensor([[0, 5, 7, 2, 0], [0, 3, 3, 9, 1]])
+    later = ids.clone()
+    later[:, 3:] = torch.tensor([[4, 4], [8, 8]])
+    said = describe(later, ids, ("row", "position"))
+    assert said == "it differs at position 3-4 and is right at position 0-2", said   # no "expected 0" story for ids
+    assert describe(ids + 1, ids) == "your result is the expected one plus 1 everywhere"
+    assert "times" not in describe(ids * 2, ids)                          # a factor means nothing for token ids

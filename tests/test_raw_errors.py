@@ -195,3 +195,13 @@ def test_the_names_of_a_line_are_read_without_running_code():
     assert wire._names_on("out[b, :, h] = x.view(B, -1).sum(dim=1) if mask else 'a b'  # c d") == [
         "out", "b", "h", "x.view", "B", "dim", "mask"]
     assert wire._names_on("y = self.pe[:L] + (") == ["y", "self.pe", "L"]     # an unfinished line: the names so far
+
+
+def test_a_bool_mask_index_and_a_shape_unpacked_into_the_wrong_count_are_named():
+    fill = "def f(s, m):\n    s = s.clone()\n    s[m == 0] = -1e9\n    return s\n"
+    message = _message(fill, "f", torch.zeros(3, 4, 6), torch.ones(4, 6))
+    assert "does not broadcast; x.masked_fill(mask, value)" in message and "s is (3, 4, 6), m is (4, 6)" in message
+    unpack = "def f(x):\n    h = x.unsqueeze(1).unsqueeze(2)\n    B, _, L, _ = h.shape\n    return L\n"
+    message = _message(unpack, "f", torch.zeros(2, 1, 1, 7))
+    assert "h has 6 dimensions, (2, 1, 1, 1, 1, 7), and the line unpacks 4" in message, message
+    assert "unpacks" not in _message("def f(x):\n    a, b = 1, 2, 3\n    return a\n", "f", torch.zeros(2))

@@ -484,3 +484,16 @@ def test_forged_line_values_are_only_names_shapes_and_numbers(forged, kept):
     """What the names on a raising line held comes from the student's side: the judge keeps only
     entries that are a plain name (or attribute chain) with a shape, a finite number or a length."""
     assert wire._clean_values(forged) == kept
+
+
+def test_a_numpy_integer_crosses_as_one():
+    """np.prod and np.sum return NumPy integers: a test of "returns a Python int" must see that, and
+    arithmetic on what came back works as on the student's side."""
+    for value in (np.int64(1_050_624), np.int32(-7), np.uint8(255)):
+        got = _identity_student().echo(value)
+        assert type(got) is type(value) and got == value
+    assert type(_identity_student().echo(7)) is int
+    for forged in ({"t": "npint", "d": "object", "v": 1}, {"t": "npint", "d": "int8", "v": 300},
+                   {"t": "npint", "d": "int64", "v": "1"}):
+        with pytest.raises(wire.WireError):
+            wire._decode(forged, {}, None)

@@ -104,11 +104,18 @@ def _regrouped(got, want):
     return ""
 
 
-def _everywhere(got, want):
-    """One relation that holds on every entry: a sign, a factor, an offset, an element function."""
+def _everywhere(got, want, ids=False):
+    """One relation that holds on every entry: a constant, a sign, a factor, an offset, an element
+    function. For integer results (token ids, counts) only a constant and an offset mean something."""
     finite = torch.isfinite(want)
     if not finite.all() or not torch.isfinite(got).all():
         return ""
+    if got.numel() > 1 and bool((got == got.flatten()[0]).all()) and not bool((want == want.flatten()[0]).all()):
+        return f"every entry of your result is {got.flatten()[0].item():.4g}"
+    if ids:
+        shift = float((got - want).mean())
+        return f"your result is the expected one plus {shift:.4g} everywhere" \
+            if _close(got, want + shift) and abs(shift) > _ATOL else ""
     if _close(got, -want) and want.abs().max() > _ATOL:
         return "your result is the expected one with the opposite sign"
     den = float((want * want).sum())
@@ -171,9 +178,10 @@ def _moved(got, want, axes):
     return ""
 
 
-def _where(got, want, axes):
+def _where(got, want, axes, ids=False):
     """Where the two differ, when it is not everywhere: which slices, which side of the diagonal,
-    where the expected value is 0; and NaN or inf where the expected is finite."""
+    where the expected value is 0 (not for integer results: a token id 0 is no blocked entry); and
+    NaN or inf where the expected is finite."""
     wrong = ~torch.isclose(got, want, rtol=_RTOL, atol=_ATOL)
     if not wrong.any():
         return ""
@@ -183,7 +191,7 @@ def _where(got, want, axes):
         kinds = " and ".join(k for k, m in (("NaN", torch.isnan(got)), ("inf", torch.isinf(got))) if (m & bad).any())
         told.append(f"{int(bad.sum())} of {got.numel()} entries are {kinds}")
     zero = want.abs() <= _ATOL
-    if zero.any() and not zero.all():
+    if zero.any() and not zero.all() and not ids:
         if bool((wrong == zero).all()):
             told.append("it differs exactly where the expected value is 0 (masked or padded entries, say) and "
                         "nowhere else")
@@ -234,6 +242,7 @@ def describe_difference(got, want, axes=None):
             return _shape_story(g, w, axes)
         if _close(g, w) or g.numel() == 0:
             return ""
-        return _everywhere(g, w) or _moved(g, w, axes) or _regrouped(g, w) or _where(g, w, axes)
+        ids = not (torch.as_tensor(want).is_floating_point() or torch.as_tensor(got).is_floating_point())
+        return _everywhere(g, w, ids) or _moved(g, w, axes) or _regrouped(g, w) or _where(g, w, axes, ids)
     except Exception:  # noqa: BLE001 - a description can only add a sentence, never fail a test
         return ""

@@ -62,6 +62,9 @@ RULES = (
     Rule(lambda e: bool(re.search(r"Invalid shape \([\d, ]*\) for image data", e.text)),
          "imshow draws a matrix: give it a 2-D array (rows x columns), and check the shape of what reaches that "
          "line (an index too many leaves one row; a batch axis too many leaves 3 or 4 dimensions)"),
+    Rule(lambda e: bool(re.search(r"The shape of the mask \[[\d, ]*\] at index \d+ does not match the shape of the indexed", e.text)),
+         "indexing with a bool mask (x[mask] = value) needs a mask of exactly x's shape: it does not broadcast; "
+         "x.masked_fill(mask, value) (or torch.where) does"),
     Rule(lambda e: "Expected all tensors to be on the same device" in e.text,
          "tensors on two devices meet in one operation: make new tensors on the inputs' device "
          "(device=x.device)"),
@@ -111,7 +114,23 @@ def _held(error: RawError) -> str:
 
 _BROADCAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension")
 _OUT_OF_BOUNDS = re.compile(r"index (-?\d+) is out of bounds for dimension (\d+) with size (\d+)")
-_ABOUT_SIZES = re.compile(r"size|shape|dimension|out of bounds|out of range|must match|cannot be multiplied")
+_ABOUT_SIZES = re.compile(r"size|shape|dimension|out of bounds|out of range|must match|cannot be multiplied"
+                          r"|values to unpack")
+_UNPACK = re.compile(r"(too many|not enough) values to unpack \(expected (\d+)")
+
+
+def _unpacked_shape(error: RawError) -> str:
+    """`a, b = x.shape` for a tensor x of another number of dimensions."""
+    found = _UNPACK.search(error.text)
+    if not found:
+        return ""
+    for name, kind, value in error.values:
+        if kind == "tensor" and re.search(rf"=\s*{re.escape(name)}\s*\.\s*(shape|size\(\))", error.line) \
+                and len(value) != int(found.group(2)):
+            return (f"{name} has {len(value)} dimensions, {_shape(value)}, and the line unpacks {found.group(2)}: "
+                    f"check where {name} got {'its extra' if len(value) > int(found.group(2)) else 'too few'} "
+                    "dimensions (an unsqueeze or a view too many, a mask of another layout)")
+    return ""
 
 
 def _misaligned(error: RawError) -> str:
@@ -199,7 +218,7 @@ def _about_shapes(error: RawError, said: str) -> list[str]:
             return []
         held = _held(error)
         out = [f"on that line {held}"] if held and held not in said else []
-        why = _misaligned(error) or _index_past_end(error)
+        why = _misaligned(error) or _index_past_end(error) or _unpacked_shape(error)
         return out + ([why] if why and why not in said else [])
     except Exception:  # noqa: BLE001 - it can only add a sentence
         return []

@@ -35,6 +35,7 @@ _DATA_DTYPES = {str(d).replace("torch.", ""): d for d in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
     torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)}
 _SCALARS = (bool, int, float, str, type(None))
+_NP_INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
 class WireError(RuntimeError):
@@ -166,7 +167,7 @@ def _line_values(exc, line):
                 value = inner
             described = None if value is _MISSING else _line_value(value)
             name = ".".join(parts)
-            if described is not None and all(entry[0] != name for entry in out):
+            if described is not None and name != "_" and all(entry[0] != name for entry in out):
                 out.append([name, *described])
             if len(out) >= MAX_LINE_VALUES:
                 break
@@ -337,6 +338,9 @@ class _Encoder:
             return {"t": "ndarray", "k": self._tensor(torch.from_numpy(np.ascontiguousarray(value)))["k"]}
         if isinstance(value, np.bool_):  # not a Python bool: a test may need to tell them apart
             return {"t": "npbool", "v": bool(value)}
+        if isinstance(value, np.integer) and value.dtype.name in _NP_INTS:
+            # not a Python int either: "returns a Python int" must see what came back
+            return {"t": "npint", "d": value.dtype.name, "v": int(value)}
         if isinstance(value, np.generic) and not isinstance(value, np.object_):
             return self.encode(value.item())
         if isinstance(value, torch.dtype):
@@ -403,6 +407,11 @@ def _decode(tree, tensors, resolve, depth=0):
         return t.float().numpy().astype(np.float32) if t.dtype == torch.bfloat16 else t.numpy().copy()
     if kind == "npbool":
         return np.bool_(tree["v"] is True)
+    if kind == "npint":
+        if tree.get("d") not in _NP_INTS or type(tree.get("v")) is not int:
+            _fail("malformed NumPy integer")
+        info = np.iinfo(tree["d"])
+        return np.dtype(tree["d"]).type(tree["v"]) if info.min <= tree["v"] <= info.max else _fail("NumPy integer out of range")
     if kind == "float":
         return float(tree["v"]) if tree["v"] in ("nan", "inf", "-inf") else _fail("malformed float")
     if kind == "dtype":
