@@ -124,3 +124,15 @@ def test_a_constant_and_integer_results_are_described_as_such():
     assert said == "it differs at position 3-4 and is right at position 0-2", said   # no "expected 0" story for ids
     assert describe(ids + 1, ids) == "your result is the expected one plus 1 everywhere"
     assert "times" not in describe(ids * 2, ids)                          # a factor means nothing for token ids
+
+
+def test_a_message_splices_the_clause_in_only_when_there_is_one():
+    want = _weights(14, (3, 5))
+    clause = describe(want * 2, want)
+    assert clause and describe(want * 2, want, before=": ", after="; ") == f": {clause}; "
+    # nothing to say: no separator either, so a message never ends in a dangling ": "
+    assert describe(want.clone(), want, before=": ", after="; ") == ""
+    assert describe(torch.randn(3, 5, generator=torch.Generator().manual_seed(3)), want, before=": ") == ""
+    # a clause the message already says is left out
+    assert describe(want * 2, want, before=": ", skip=(clause[:12],)) == ""
+    assert describe(want * 2, want, before=": ", skip=("it differs",)) == f": {clause}"

@@ -230,10 +230,19 @@ def _where(got, want, axes, ids=False):
     return "; ".join(told)
 
 
-def describe_difference(got, want, axes=None):
+def describe_difference(got, want, axes=None, *, before="", after="", skip=()):
     """What `got` shows about how it differs from `want` (tensors, arrays or nested lists of numbers):
     one or two clauses, or "" when nothing simple holds. `axes`: a name for each dimension of
-    `want` ("batch", "query", ...), used in the sentences."""
+    `want` ("batch", "query", ...), used in the sentences. A message splices the clause in with
+    `before`/`after` (": ", "; "), added only when there is a clause; `skip`: openings ("it differs")
+    of clauses the message already says, which then give "". Never raises: it only adds a sentence."""
+    clause = _describe(got, want, axes)
+    if not clause or clause.startswith(tuple(skip)):
+        return ""
+    return f"{before}{clause}{after}"
+
+
+def _describe(got, want, axes):
     try:
         g, w = _as_f64(got), _as_f64(want)
         if g is None or w is None:
