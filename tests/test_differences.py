@@ -65,10 +65,15 @@ def test_where_the_difference_lies_is_measured(seed):
     want = _weights(seed, (2, 3, 6, 6))
     rows = want.clone()
     rows[:, :, 2:] += 0.1                                    # queries 2.. wrong, 0-1 right
-    assert describe(rows, want, AXES) == "it differs at query 2-5 and is right at query 0-1"
+    assert describe(rows, want, AXES) == ("it differs at query 2-5 and is right at query 0-1: there your result is "
+                                          "the expected one plus 0.1 (= 1/10 = 1/sqrt(100))")
     heads = want.clone()
     heads[:, 1] *= 2
-    assert describe(heads, want, AXES) == "it differs at head 1 and is right at head 0, 2"
+    assert describe(heads, want, AXES) == \
+        "it differs at head 1 and is right at head 0, 2: there your result is the expected one times 2"
+    noise = want.clone()
+    noise[:, 1] += 0.1 * torch.rand(6, 6, generator=torch.Generator().manual_seed(seed), dtype=want.dtype)
+    assert describe(noise, want, AXES) == "it differs at head 1 and is right at head 0, 2"
     future = want + 0.05 * torch.ones(6, 6).triu(1)           # the future keys leak
     assert describe(future, want, AXES) == \
         "it differs only above the diagonal of the last two dimensions (query, key)"
@@ -136,3 +141,56 @@ def test_a_message_splices_the_clause_in_only_when_there_is_one():
     # a clause the message already says is left out
     assert describe(want * 2, want, before=": ", skip=(clause[:12],)) == ""
     assert describe(want * 2, want, before=": ", skip=("it differs",)) == f": {clause}"
+
+
+def test_a_factor_or_an_offset_of_each_row_is_measured():
+    want = _weights(15, (2, 3, 5, 6))
+    factors = torch.tensor([0.5, 0.7, 1.0, 0.9, 0.25], dtype=torch.float64)
+    said = describe(want * factors[:, None], want, ("batch", "head", "query", "key"))
+    assert said.startswith("each query of your result is the expected one times a number of its own")
+    assert "[0.5, 0.7, 1, 0.9, 0.25]" in said
+    # one number per (batch, head, query) row: no single axis holds it, the rows along the last do
+    rows = torch.rand(2, 3, 5, 1, generator=torch.Generator().manual_seed(4), dtype=torch.float64) + 0.5
+    said = describe(want * rows, want, ("batch", "head", "query", "key"))
+    assert said.startswith("each vector along the last dimension (key)") and "times" in said
+    # log-softmax where the softmax belongs is no per-row offset of the weights; logits minus a row's
+    # logsumexp are one of the logits
+    logits = torch.randn(4, 7, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    said = describe(logits - logits.logsumexp(-1, keepdim=True), logits, ("position", "vocab"))
+    assert said.startswith("each position of your result is the expected one plus a number of its own")
+
+
+def test_rows_of_unrelated_numbers_have_no_factor_of_their_own():
+    want = _weights(16, (4, 6))
+    other = _weights(17, (4, 6))
+    assert "number of its own" not in describe(other, want, ("query", "key"))
+    # one factor for all is said as one factor, not per row
+    assert describe(want * 3, want).startswith("your result is the expected one times 3")
+    ids = torch.tensor([[1, 2, 3], [4, 6, 8]])
+    assert "number of its own" not in describe(ids * torch.tensor([[1], [2]]), ids)
+
+
+def test_dimensions_merged_or_split_by_a_reshape_are_named():
+    want = _weights(18, (2, 4, 3, 5))
+    said = describe(want.reshape(8, 3, 5), want, AXES)
+    assert said.startswith("your result holds the right numbers in the right order with (batch, head) merged into "
+                           "one dimension of size 8 (shape (8, 3, 5), expected (2, 4, 3, 5))"), said
+    assert "key split into 2 dimensions" not in said
+    x = torch.randn(2, 3, 12, generator=torch.Generator().manual_seed(6))
+    assert "feature split into 2 dimensions (3, 4)" in describe(x.reshape(2, 3, 3, 4), x, ("batch", "position", "feature"))
+    # the same numbers regrouped across a permute are not a merge
+    assert "merged" not in describe(want.transpose(1, 2).reshape(8, 3, 5), want, AXES)
+
+
+def test_slices_written_to_the_wrong_place_are_told_which_holds_which():
+    want = _weights(19, (6, 8))
+    got = torch.zeros_like(want)
+    got[:, 1:4] = want[:, [2, 4, 6]]            # a loop writing column i where 2i belongs
+    got[:, 0] = want[:, 0]
+    said = describe(got, want, ("position", "dimension"))
+    assert said.startswith("some of your dimensions hold other dimensions of the expected result: your dimension "
+                           "1 holds its dimension 2, 2 holds 4, 3 holds 6"), said
+    assert said.endswith("your dimension 4-7 hold only 0 (never written)")
+    one_moved = want.clone()
+    one_moved[:, 5] = want[:, 6]
+    assert "hold other dimensions" not in describe(one_moved, want, ("position", "dimension"))

@@ -3,8 +3,9 @@
 A test that finds a result wrong holds two tensors: the answer's and the expected one. Before
 it falls back on restating the contract, it can ask `describe_difference(got, want, axes)` what the
 difference itself shows: the right numbers with the axes in another order, a factor, an offset, a
-sign, a shift along an axis, one slice copied into every slot, or where the two differ (which rows,
-which side of the diagonal, where the expected value is 0). Each sentence is a measurement of the
+sign, a factor or an offset of each row's own, a shift along an axis, one slice copied into every
+slot, or where the two differ (which rows, which side of the diagonal, where the expected value is
+0). Each sentence is a measurement of the
 two tensors, never a guess about the code that made them; "" when nothing simple holds.
 
 It runs on the judge's side, on data only, as `labwire.describe_difference` (the judge adds it to
@@ -90,7 +91,42 @@ def _shape_story(got, want, axes):
         extra = got.dim() > want.dim()
         return (f"your result holds the right numbers with {'an extra' if extra else 'a missing'} dimension of size 1 "
                 f"(shape {tuple(got.shape)}, expected {tuple(want.shape)})")
+    if _close(got, want.reshape(got.shape)):
+        told = _merged(tuple(got.shape), tuple(want.shape), axes)
+        if told:
+            return (f"your result holds the right numbers in the right order with {told} (shape {tuple(got.shape)}, "
+                    f"expected {tuple(want.shape)}): a reshape or view gave it the wrong shape")
     return _regrouped(got, want)
+
+
+def _merged(shape, expected, axes):
+    """Which neighbouring dimensions of `expected` are one dimension of `shape`, or the other way
+    round: "(batch, head) merged into one dimension of size 4"; "" when they do not line up so."""
+    i = j = 0
+    told = []
+    while i < len(shape) and j < len(expected):
+        if shape[i] == expected[j]:
+            i, j = i + 1, j + 1
+            continue
+        a, b, i2, j2 = shape[i], expected[j], i + 1, j + 1
+        while a != b and (i2 < len(shape) or j2 < len(expected)):
+            if a < b and i2 < len(shape):
+                a, i2 = a * shape[i2], i2 + 1
+            elif b < a and j2 < len(expected):
+                b, j2 = b * expected[j2], j2 + 1
+            else:
+                return ""
+        if a != b:
+            return ""
+        if j2 - j > 1 and i2 - i == 1:
+            names = ", ".join(_axis(axes, d) for d in range(j, j2))
+            told.append(f"({names}) merged into one dimension of size {a}")
+        elif i2 - i > 1 and j2 - j == 1:
+            told.append(f"{_axis(axes, j)} split into {i2 - i} dimensions {tuple(shape[i:i2])}")
+        else:
+            return ""
+        i, j = i2, j2
+    return " and ".join(told) if told and i == len(shape) and j == len(expected) else ""
 
 
 def _regrouped(got, want):
@@ -151,6 +187,7 @@ def _moved(got, want, axes):
             and not _close(want, want.transpose(-1, -2)):
         return (f"your result is the expected one with its last two dimensions ({_axis(axes, got.dim() - 2)}, "
                 f"{_axis(axes, got.dim() - 1)}) swapped")
+    partial = ""
     for d in range(got.dim()):
         n = got.shape[d]
         if n < 2:
@@ -161,9 +198,12 @@ def _moved(got, want, axes):
             mine = got.select(d, i)
             hit = [j for j in range(n) if _close(mine, slices[j])]
             mapping.append(hit[0] if len(hit) == 1 or (hit and i not in hit) else (i if i in hit else None))
-        if None in mapping or mapping == list(range(n)):
+        if mapping == list(range(n)):
             continue
         name = _axis(axes, d)
+        if None in mapping:
+            partial = partial or _partly_moved(got, d, mapping, name)
+            continue
         if len(set(mapping)) == 1:
             return f"every {name} of your result holds the expected {name} {mapping[0]}"
         for s in (1, -1, 2, -2):
@@ -175,7 +215,68 @@ def _moved(got, want, axes):
             return f"your result is the expected one reversed along {name}"
         if sorted(mapping) == list(range(n)):
             return f"your {name}s are the expected ones in another order: yours {list(range(n))} hold {mapping}"
+    return partial
+
+
+def _partly_moved(got, d, mapping, name):
+    """When some slices hold other expected slices (a loop that writes index i where 2i belongs, say):
+    which hold which, and what the others hold. "" when fewer than two moved."""
+    moved = [(i, j) for i, j in enumerate(mapping) if j is not None and j != i]
+    if len(moved) < 2 or len(moved) + mapping.count(None) < len(mapping) * 2 // 3:
+        return ""
+    pairs = ", ".join(f"{i} holds {j}" if k else f"{i} holds its {name} {j}" for k, (i, j) in enumerate(moved[:6])) + (", ..." if len(moved) > 6 else "")
+    rest = [i for i, j in enumerate(mapping) if j is None]
+    zero = [i for i in rest if bool((got.select(d, i).abs() <= _ATOL).all())]
+    tail = ""
+    if rest:
+        tail = (f"; your {name} {_spans(rest)} " + ("hold only 0 (never written)" if zero == rest else
+                                                    "hold none of the expected ones"))
+    return f"some of your {name}s hold other {name}s of the expected result: your {name} {pairs}{tail}"
+
+
+def _per_slice(got, want, axes):
+    """Each slice along one axis (or each vector along the last) is the expected one times a number of
+    its own, or plus one: what a normalisation, a scale or a shift computed per row gives when its
+    number is wrong. Never one number for all: that is _everywhere's."""
+    if got.dim() < 2 or not (torch.isfinite(got).all() and torch.isfinite(want).all()):
+        return ""
+    last = _axis(axes, got.dim() - 1)
+    groups = [(d, f"each {_axis(axes, d)}") for d in range(got.dim()) if got.shape[d] > 1]
+    if got.dim() > 2:
+        groups.append((None, f"each vector along the last dimension ({last})"))
+    for d, subject in groups:
+        if d is None:
+            g, w = got.reshape(-1, got.shape[-1]), want.reshape(-1, want.shape[-1])
+        else:
+            g, w = got.movedim(d, 0).reshape(got.shape[d], -1), want.movedim(d, 0).reshape(got.shape[d], -1)
+        if g.shape[1] < 2 or bool((w.std(dim=1) <= _ATOL).any()):
+            continue
+        c = (g * w).sum(dim=1) / (w * w).sum(dim=1)
+        b = (g - w).mean(dim=1)
+        for numbers, fits, right, how in ((c, _close(g, c[:, None] * w), 1.0, "times"),
+                                          (b, _close(g, w + b[:, None]), 0.0, "plus")):
+            if not fits or float(numbers.max() - numbers.min()) <= max(_ATOL, 1e-3 * float(numbers.abs().max())):
+                continue
+            wrong = (numbers - right).abs() > max(_ATOL, 1e-3 * abs(right))
+            odd = numbers[wrong]
+            if d is not None and odd.numel() and float(odd.max() - odd.min()) <= 1e-3 * float(odd.abs().max()):
+                # one wrong number, on some slices only: where, and what it is there
+                n = got.shape[d]
+                return (f"it differs at {_at(axes, d, [i for i in range(n) if wrong[i]])} and is right at "
+                        f"{_at(axes, d, [i for i in range(n) if not wrong[i]])}: there your result is the expected "
+                        f"one {how} {_number(float(odd.mean()))}")
+            which = f" for {_axis(axes, d)} 0, 1, ..." if d is not None else ""
+            return (f"{subject} of your result is the expected one {how} a number of its own ({right:g} would be "
+                    f"right): {_values(numbers, d)}{which}")
     return ""
+
+
+def _values(v, d):
+    """The numbers in order when they belong to one named axis; their range otherwise."""
+    if d is None:
+        return f"from {v.min().item():.3g} to {v.max().item():.3g}"
+    shown = ", ".join(f"{x:.3g}" for x in v[:6].tolist())
+    return f"[{shown}{', ...' if len(v) > 6 else ''}]"
 
 
 def _where(got, want, axes, ids=False):
@@ -252,6 +353,7 @@ def _describe(got, want, axes):
         if _close(g, w) or g.numel() == 0:
             return ""
         ids = not (torch.as_tensor(want).is_floating_point() or torch.as_tensor(got).is_floating_point())
-        return _everywhere(g, w, ids) or _moved(g, w, axes) or _regrouped(g, w) or _where(g, w, axes, ids)
+        return (_everywhere(g, w, ids) or _moved(g, w, axes) or ("" if ids else _per_slice(g, w, axes))
+                or _regrouped(g, w) or _where(g, w, axes, ids))
     except Exception:  # noqa: BLE001 - a description can only add a sentence, never fail a test
         return ""

@@ -27,7 +27,7 @@ import types
 from dataclasses import dataclass, field
 
 from .. import nbcells
-from . import copies, differences, raw_errors, reader, wire
+from . import copies, defaults, differences, raw_errors, reader, wire
 from .embed import HANDLE_GRADE_ID
 from .kernel_channel import JudgeTimeout
 
@@ -244,6 +244,8 @@ class Judge:
         self.namespace["calls_in_answer"] = lambda entry, targets: reader.forbidden_calls(
             sources, entry, targets, exists=library_has)
         self.review = needs_review(source_nb, cells)
+        # a default changed in an exercise's signature: said first in each of its failed tests
+        self._changed_defaults = defaults.changed_defaults_by_test(source_nb, cells)
 
     def _catch_up(self, position: int) -> None:
         """Run the judge cells that come before `position` in the source."""
@@ -286,7 +288,10 @@ class Judge:
                 raise  # the grader restarts the kernel and says so in this cell
             incident = ("timeout" if isinstance(exc, JudgeTimeout) else
                         "grader_setup" if isinstance(exc, wire.LabSetupError) else "")
-            return Verdict(grade_id, False, out.getvalue(), *_describe_failure(exc), incident=incident)
+            ename, evalue = _describe_failure(exc)
+            if grade_id in self._changed_defaults and not incident:
+                evalue = f"your signature is not the exercise's: {self._changed_defaults[grade_id]}. {evalue}"
+            return Verdict(grade_id, False, out.getvalue(), ename, evalue, incident=incident)
         finally:
             self.channel.end_test()
         return Verdict(grade_id, True, out.getvalue())
