@@ -194,3 +194,29 @@ def test_slices_written_to_the_wrong_place_are_told_which_holds_which():
     one_moved = want.clone()
     one_moved[:, 5] = want[:, 6]
     assert "hold other dimensions" not in describe(one_moved, want, ("position", "dimension"))
+
+
+def test_a_wrong_shape_alone_is_described():
+    from labtools.judge.differences import describe_shape
+
+    kv = ("batch", "kv head", "position", "d_k")
+    assert describe_shape((2, 5, 3, 4), (2, 3, 5, 4), kv).startswith(
+        "the sizes are right but in another order: yours are (batch, position, kv head, d_k)")
+    assert describe_shape((2, 5, 2, 4), (2, 2, 5, 4), kv, before=": ") == \
+        ": the sizes are right but two dimensions look swapped: (kv head, position): move them back with .transpose"
+    assert describe_shape((4, 5, 7), (1, 4, 5, 7), ("batch", "head", "query", "key")).startswith(
+        "a dimension of size 1 missing (batch; squeeze()")
+    assert describe_shape((4, 3, 2), (2, 2, 3, 2), kv) == "it has (batch, kv head) merged into one dimension of size 4"
+    # nothing that the shapes do not show; and the judge's labwire has it too
+    assert describe_shape((2, 3), (4, 5)) == "" and describe_shape((2, 3), (2, 3)) == "" and describe_shape(None, (1,)) == ""
+    assert describe_shape((3, 2, 3, 2), (2, 3, 2, 3)) == ""      # no single swap gives it, and the sizes repeat
+    assert _LABWIRE.describe_shape is describe_shape
+
+
+def test_pairs_taken_apart_before_a_reshape_are_named():
+    even, odd = _weights(20, (6, 4)), _weights(21, (6, 4))
+    want = torch.stack([even, odd], dim=-1).reshape(6, 8)            # sin, cos, sin, cos, ...
+    said = describe(torch.stack([even, odd]).reshape(6, 8), want, ("position", "dimension"))
+    assert said.startswith("your result holds the right numbers, but the pairs (2i, 2i+1) along dimension are taken "
+                           "apart"), said
+    assert "taken apart" not in describe(want.clone().flip(0), want, ("position", "dimension"))

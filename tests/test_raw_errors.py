@@ -205,3 +205,15 @@ def test_a_bool_mask_index_and_a_shape_unpacked_into_the_wrong_count_are_named()
     message = _message(unpack, "f", torch.zeros(2, 1, 1, 7))
     assert "h has 6 dimensions, (2, 1, 1, 1, 1, 7), and the line unpacks 4" in message, message
     assert "unpacks" not in _message("def f(x):\n    a, b = 1, 2, 3\n    return a\n", "f", torch.zeros(2))
+
+
+def test_an_empty_piece_in_a_stack_and_nan_probabilities_are_named():
+    source = ("def split(x, n):\n    d = x.shape[-1] // n\n"
+              "    pieces = [x[..., h * d:(h + 1) * d] for h in range(1, n + 1)]\n    return torch.stack(pieces, dim=1)\n")
+    message = _message(source, "split", torch.zeros(2, 3, 4), 2)
+    assert "one of the pieces is empty" in message, message
+    ok = ("def split(x, n):\n    return torch.stack([x[..., :2], x[..., :3]], dim=1)\n")
+    assert "one of the pieces is empty" not in _message(ok, "split", torch.zeros(2, 3, 4), 2)   # unequal, none empty
+    draw = ("def draw(logits):\n    p = torch.softmax(logits.masked_fill(logits < 100, float('-inf')), -1)\n"
+            "    return torch.multinomial(p, 1)\n")
+    assert "every logit of a row is -inf after filtering" in _message(draw, "draw", torch.zeros(2, 5))

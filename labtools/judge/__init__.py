@@ -3,8 +3,8 @@
 - runner.py: `Judge` runs a lab's test cells (from its source notebook) here, against one
   submission, and returns typed `Verdict`s; `needs_review` reads the submission first.
 - reader.py: the one reader of student code (the allowlist, and forbidden calls).
-- defaults.py: the defaults an answer changed in its exercise's signature (read as text, like
-  reader.py; said first in that exercise's failed tests).
+- signatures.py: the defaults and the parameter order an answer changed in its exercise's
+  signature (read as text, like reader.py; said first in that exercise's failed tests).
 - wire.py: calls to the student's code as data (the kernel's `Agent`, `student`, `lab`).
 - raw_errors.py: what a raw error from inside an answer shows of its cause (a clause added to it).
 - differences.py: what a wrong tensor shows of how it differs from the expected one

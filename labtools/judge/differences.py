@@ -96,7 +96,7 @@ def _shape_story(got, want, axes):
         if told:
             return (f"your result holds the right numbers in the right order with {told} (shape {tuple(got.shape)}, "
                     f"expected {tuple(want.shape)}): a reshape or view gave it the wrong shape")
-    return _regrouped(got, want)
+    return _regrouped(got, want, axes)
 
 
 def _merged(shape, expected, axes):
@@ -129,14 +129,29 @@ def _merged(shape, expected, axes):
     return " and ".join(told) if told and i == len(shape) and j == len(expected) else ""
 
 
-def _regrouped(got, want):
-    """The right numbers regrouped: what a reshape or view gives where a permute belongs."""
+def _regrouped(got, want, axes=None):
+    """The right numbers regrouped: what a reshape or view gives where a permute belongs, or, for a
+    dimension of pairs (sin and cos, even and odd features), the pairs taken apart by a stack along
+    another dimension before the reshape."""
     if want.dim() <= 5 and got.numel() == want.numel():
         for order in itertools.permutations(range(want.dim())):
             if list(order) != list(range(want.dim())) and _close(got, want.permute(order).reshape(got.shape)):
                 return ("your result holds the right numbers, regrouped the way a reshape or a view regroups them "
                         "where a .permute or .transpose belongs (a reshape keeps the memory order; it moves no "
                         "dimension)")
+    if want.dim() <= 4 and got.numel() == want.numel():
+        for d in range(want.dim()):
+            n = want.shape[d]
+            if n < 4 or n % 2:
+                continue
+            pairs = want.unflatten(d, (n // 2, 2))            # entry 2i and 2i + 1 of dimension d side by side
+            for order in itertools.permutations(range(pairs.dim())):
+                together = order.index(d + 1) == order.index(d) + 1   # each pair still side by side
+                if not together and _close(got, pairs.permute(order).reshape(got.shape)):
+                    return (f"your result holds the right numbers, but the pairs (2i, 2i+1) along {_axis(axes, d)} are "
+                            "taken apart: the even entries and the odd ones are laid out as separate blocks, what a "
+                            "torch.stack or torch.cat along another dimension gives before the reshape; put each pair "
+                            "side by side (torch.stack([even, odd], dim=-1), then reshape)")
     return ""
 
 
@@ -343,6 +358,37 @@ def describe_difference(got, want, axes=None, *, before="", after="", skip=()):
     return f"{before}{clause}{after}"
 
 
+def describe_shape(got_shape, want_shape, axes=None, *, before="", after=""):
+    """What a wrong shape shows next to the expected one, from the two shapes alone: a dimension of
+    size 1 missing or extra, the same sizes in another order (when each size tells its axis), or
+    neighbours merged or split; "" otherwise. `axes` names the expected dimensions."""
+    try:
+        got, want = tuple(int(n) for n in got_shape), tuple(int(n) for n in want_shape)
+    except (TypeError, ValueError):
+        return ""
+    clause = ""
+    if got != want:
+        if tuple(n for n in got if n != 1) == tuple(n for n in want if n != 1) and len(got) != len(want):
+            ones = [_axis(axes, d) for d in range(len(want)) if want[d] == 1]
+            which = ones[0] if len(ones) == 1 else f"{len(want) - len(got)} of {', '.join(ones)}"
+            clause = (f"{'a dimension' if len(want) - len(got) == 1 else 'dimensions'} of size 1 missing ({which}; "
+                      "squeeze() drops every dimension of size 1, whatever its meaning)" if len(got) < len(want) else
+                      "it has an extra dimension of size 1 (an unsqueeze or [None] too many, or a squeeze missing)")
+        elif len(got) == len(want) and sorted(got) == sorted(want) and len(set(want)) == len(want):
+            order = [want.index(n) for n in got]
+            clause = (f"the sizes are right but in another order: yours are ({', '.join(_axis(axes, d) for d in order)}) "
+                      f"where ({', '.join(_axis(axes, d) for d in range(len(want)))}) belong: move the dimensions with "
+                      ".permute or .transpose")
+        elif len(got) == len(want) and sorted(got) == sorted(want):
+            swaps = [(i, j) for i in range(len(want)) for j in range(i + 1, len(want))
+                     if want[i] != want[j] and got == want[:i] + (want[j],) + want[i + 1:j] + (want[i],) + want[j + 1:]]
+            clause = (f"the sizes are right but two dimensions look swapped: ({_axis(axes, swaps[0][0])}, "
+                      f"{_axis(axes, swaps[0][1])}): move them back with .transpose" if len(swaps) == 1 else "")
+        elif math.prod(got) == math.prod(want):
+            merged = _merged(got, want, axes)
+            clause = f"it has {merged}" if merged else ""
+    return f"{before}{clause}{after}" if clause else ""
+
 def _describe(got, want, axes):
     try:
         g, w = _as_f64(got), _as_f64(want)
@@ -354,6 +400,6 @@ def _describe(got, want, axes):
             return ""
         ids = not (torch.as_tensor(want).is_floating_point() or torch.as_tensor(got).is_floating_point())
         return (_everywhere(g, w, ids) or _moved(g, w, axes) or ("" if ids else _per_slice(g, w, axes))
-                or _regrouped(g, w) or _where(g, w, axes, ids))
+                or _regrouped(g, w, axes) or _where(g, w, axes, ids))
     except Exception:  # noqa: BLE001 - a description can only add a sentence, never fail a test
         return ""

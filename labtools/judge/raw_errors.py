@@ -65,6 +65,14 @@ RULES = (
     Rule(lambda e: bool(re.search(r"The shape of the mask \[[\d, ]*\] at index \d+ does not match the shape of the indexed", e.text)),
          "indexing with a bool mask (x[mask] = value) needs a mask of exactly x's shape: it does not broadcast; "
          "x.masked_fill(mask, value) (or torch.where) does"),
+    Rule(lambda e: bool(re.search(r"stack expects each tensor to be equal size, but got \[[\d, ]*\] at entry \d+ and "
+                                  r"\[([\d, ]*, )?0(, [\d, ]*)?\] at entry \d+", e.text)),
+         "one of the pieces is empty (a dimension of size 0): a slice that starts at or past the end of its dimension, "
+         "as an index counted from 1 instead of 0 gives: check the slice bounds of each piece"),
+    Rule(lambda e: "probability tensor contains either `inf`, `nan` or element < 0" in e.text,
+         "a row of the probabilities holds NaN (or is all zero): when every logit of a row is -inf after filtering, "
+         "softmax gives 0 / 0 = NaN; a filter must always keep at least one token per row (check which tensor each "
+         "threshold is taken from and compared with)"),
     Rule(lambda e: "Expected all tensors to be on the same device" in e.text,
          "tensors on two devices meet in one operation: make new tensors on the inputs' device "
          "(device=x.device)"),

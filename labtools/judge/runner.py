@@ -27,7 +27,7 @@ import types
 from dataclasses import dataclass, field
 
 from .. import nbcells
-from . import copies, defaults, differences, raw_errors, reader, wire
+from . import copies, differences, raw_errors, reader, signatures, wire
 from .embed import HANDLE_GRADE_ID
 from .kernel_channel import JudgeTimeout
 
@@ -219,6 +219,7 @@ def _cache_for(cells) -> dict:
 _LABWIRE = types.ModuleType("labwire")
 _LABWIRE.__dict__.update(vars(wire))
 _LABWIRE.describe_difference = differences.describe_difference
+_LABWIRE.describe_shape = differences.describe_shape
 
 
 class Judge:
@@ -244,8 +245,8 @@ class Judge:
         self.namespace["calls_in_answer"] = lambda entry, targets: reader.forbidden_calls(
             sources, entry, targets, exists=library_has)
         self.review = needs_review(source_nb, cells)
-        # a default changed in an exercise's signature: said first in each of its failed tests
-        self._changed_defaults = defaults.changed_defaults_by_test(source_nb, cells)
+        # a default or the order changed in an exercise's signature: said first in each of its failed tests
+        self._changed_signature = signatures.changed_signature_by_test(source_nb, cells)
 
     def _catch_up(self, position: int) -> None:
         """Run the judge cells that come before `position` in the source."""
@@ -289,8 +290,8 @@ class Judge:
             incident = ("timeout" if isinstance(exc, JudgeTimeout) else
                         "grader_setup" if isinstance(exc, wire.LabSetupError) else "")
             ename, evalue = _describe_failure(exc)
-            if grade_id in self._changed_defaults and not incident:
-                evalue = f"your signature is not the exercise's: {self._changed_defaults[grade_id]}. {evalue}"
+            if grade_id in self._changed_signature and not incident:
+                evalue = f"your signature is not the exercise's: {self._changed_signature[grade_id]}. {evalue}"
             return Verdict(grade_id, False, out.getvalue(), ename, evalue, incident=incident)
         finally:
             self.channel.end_test()

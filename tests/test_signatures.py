@@ -1,8 +1,8 @@
-"""The defaults an answer changed in its exercise's signature: read from the text, said in its failed tests."""
+"""What an answer changed in its exercise's signature (defaults, order): read from the text, said in its failed tests."""
 
 import nbformat
 
-from labtools.judge import defaults
+from labtools.judge import signatures
 
 REFERENCE = '''
 class FeedForward(nn.Module):
@@ -16,10 +16,10 @@ class FeedForward(nn.Module):
 
 def test_a_changed_default_is_named_with_both_values():
     answer = REFERENCE.replace('activation="relu"', "activation='gelu'")
-    assert defaults.changed_defaults("FeedForward", REFERENCE, answer) == [
+    assert signatures.changed_signature("FeedForward", REFERENCE, answer) == [
         "in your FeedForward.__init__, activation defaults to 'gelu'; the exercise's signature gives it 'relu'"]
     kw_only = REFERENCE.replace("eps=1e-5", "eps=1e-6").replace("mask=None", "mask=0")
-    told = defaults.changed_defaults("FeedForward", REFERENCE, kw_only)
+    told = signatures.changed_signature("FeedForward", REFERENCE, kw_only)
     assert len(told) == 2 and "eps defaults to 1e-06" in told[0] and "FeedForward.forward, mask defaults to 0" in told[1]
 
 
@@ -35,14 +35,14 @@ class FeedForward(nn.Module):
     def forward(self, x, mask=None, cache=None):
         return x
 '''
-    assert defaults.changed_defaults("FeedForward", REFERENCE, other_style) == []
+    assert signatures.changed_signature("FeedForward", REFERENCE, other_style) == []
     # an expression default (norm=make_norm()) is never compared; a missing class or broken text says nothing
-    assert defaults.changed_defaults("FeedForward", REFERENCE, "def FeedForward(x=1): pass") == []
-    assert defaults.changed_defaults("FeedForward", REFERENCE, "class FeedForward(:\n") == []
+    assert signatures.changed_signature("FeedForward", REFERENCE, "def FeedForward(x=1): pass") == []
+    assert signatures.changed_signature("FeedForward", REFERENCE, "class FeedForward(:\n") == []
     # True is not 1, though True == 1
-    assert defaults.changed_defaults("f", "def f(b=True): pass", "def f(b=1): pass") == [
+    assert signatures.changed_signature("f", "def f(b=True): pass", "def f(b=1): pass") == [
         "in your f, b defaults to 1; the exercise's signature gives it True"]
-    assert defaults.changed_defaults("f", "def f(t=1.0): pass", "def f(t=1): pass") == []
+    assert signatures.changed_signature("f", "def f(t=1.0): pass", "def f(t=1): pass") == []
 
 
 def test_each_failed_test_of_the_exercise_gets_the_sentence():
@@ -55,5 +55,16 @@ def test_each_failed_test_of_the_exercise_gets_the_sentence():
         cell("def g(n=2):\n    return n", "g", solution=True),
         cell("assert g() == 2", "test_g", grade=True, points=1)])
     submitted = [cell("def f(k=0):\n    return k", "f", solution=True), cell("def g(n=2):\n    return 3", "g")]
-    notes = defaults.changed_defaults_by_test(source_nb, submitted)
+    notes = signatures.changed_signature_by_test(source_nb, submitted)
     assert notes == {"test_f_default": "in your f, k defaults to 0; the exercise's signature gives it None"}
+
+
+def test_parameters_in_another_order_are_named():
+    reference = "class PE(nn.Module):\n    def __init__(self, d_model, max_len=5000, dropout=0.0):\n        pass\n"
+    tutorial = "class PE(nn.Module):\n    def __init__(self, d_model, dropout=0.0, max_len=5000):\n        pass\n"
+    assert signatures.changed_signature("PE", reference, tutorial) == [
+        "your PE.__init__ takes (self, d_model, dropout, max_len) in that order, the exercise's (self, d_model, max_len, "
+        "dropout): a call that passes them by position gives each the other's value"]
+    # other names (q, k, v for Q, K, V) or an extra parameter are not an order
+    assert signatures.changed_signature("f", "def f(Q, K, V): pass", "def f(q, k, v): pass") == []
+    assert signatures.changed_signature("f", "def f(Q, K): pass", "def f(K, Q, extra=None): pass") == []
