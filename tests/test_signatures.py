@@ -43,6 +43,9 @@ class FeedForward(nn.Module):
     assert signatures.changed_signature("f", "def f(b=True): pass", "def f(b=1): pass") == [
         "in your f, b defaults to 1; the exercise's signature gives it True"]
     assert signatures.changed_signature("f", "def f(t=1.0): pass", "def f(t=1): pass") == []
+    # an answer's default is data, quoted short: a page of text in a default does not become a page of message
+    long = signatures.changed_signature("f", "def f(a='relu'): pass", "def f(a='" + "x" * 5000 + "'): pass")
+    assert len(long) == 1 and len(long[0]) < 150 and long[0].endswith("gives it 'relu'")
 
 
 def test_each_failed_test_of_the_exercise_gets_the_sentence():

@@ -66,6 +66,12 @@ def _signatures(source: str, name: str, read=_defaults) -> dict:
     return found
 
 
+def _shown(value, limit=40) -> str:
+    """repr(value), cut short: an answer's default may be any length of text."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _same(a, b) -> bool:
     return type(a) is type(b) and a == b or (isinstance(a, (int, float)) and isinstance(b, (int, float))
                                              and not isinstance(a, bool) and not isinstance(b, bool) and a == b)
@@ -87,8 +93,8 @@ def changed_signature(exercise: str, reference: str, answer: str) -> list[str]:
         for param, value in given.items():
             theirs = mine.get(where, {}).get(param, _MISSING)
             if theirs is not _MISSING and not _same(theirs, value):
-                told.append(f"in your {where}, {param} defaults to {theirs!r}; the exercise's signature gives it "
-                            f"{value!r}")
+                told.append(f"in your {where}, {param} defaults to {_shown(theirs)}; the exercise's signature gives "
+                            f"it {_shown(value)}")
     return told
 
 
